@@ -1,0 +1,86 @@
+"""API errors and their three wire shapes: the HTTP body, the flat SSE event, the nested WS event.
+
+>>> err = previous_response_not_found("resp_x")
+>>> err.status, err.body()["error"]["code"]
+(400, 'previous_response_not_found')
+>>> err.ws_event()["error"]["param"]
+'previous_response_id'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class APIError(Exception):
+    """An error answered to the client; the server keeps serving."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+
+    def fields(self) -> dict[str, Any]:
+        return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+
+    def body(self) -> dict[str, Any]:
+        """HTTP: ``{"error": {message, type, param, code}}``."""
+        return {"error": self.fields()}
+
+    def ws_event(self) -> dict[str, Any]:
+        """WebSocket mode: the error nested under ``error``, with the HTTP status beside it."""
+        return {"type": "error", "status": self.status, "error": self.fields()}
+
+    def sse_event(self, sequence_number: int) -> dict[str, Any]:
+        """SSE: a flat error event."""
+        return {
+            "type": "error",
+            "code": self.code,
+            "message": self.message,
+            "param": self.param,
+            "sequence_number": sequence_number,
+        }
+
+
+def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def previous_response_not_found(response_id: str) -> APIError:
+    return invalid_request(
+        f"Previous response with id '{response_id}' not found.",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
+
+
+def response_not_found(response_id: str) -> APIError:
+    return APIError(
+        404,
+        f"Response with id '{response_id}' not found.",
+        type="invalid_request_error",
+        code="not_found",
+    )
+
+
+def model_not_found(message: str) -> APIError:
+    return invalid_request(message, param="model", code="model_not_found")
+
+
+def authentication_error(message: str = "Incorrect API key provided.") -> APIError:
+    return APIError(401, message, type="authentication_error", code="invalid_api_key")
+
+
+def server_error(message: str = "The server had an error while processing your request.") -> APIError:
+    return APIError(500, message, type="server_error", code="server_error")

@@ -1,0 +1,154 @@
+"""The streaming event sequence of one response, shared by the SSE and WebSocket paths.
+
+``ResponseEvents`` is a pure state machine: each method returns the event
+dicts to send, numbered from 0, with output and content indices kept right.
+It never touches a socket.
+
+    >>> from labkit.api.responses import usage
+    >>> ev = ResponseEvents({"id": "resp_1", "status": "in_progress", "output": []})
+    >>> types = [e["type"] for e in ev.start()]
+    >>> types += [e["type"] for e in ev.begin_message("msg_1")]
+    >>> types += [ev.delta("Hi")["type"]]
+    >>> types += [e["type"] for e in ev.end_item()]
+    >>> types += [ev.finish("completed", usage(5, 0, 1))["type"]]
+    >>> types  # doctest: +NORMALIZE_WHITESPACE
+    ['response.created', 'response.in_progress', 'response.output_item.added',
+     'response.content_part.added', 'response.output_text.delta', 'response.output_text.done',
+     'response.content_part.done', 'response.output_item.done', 'response.completed']
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from labkit.api.responses import TERMINAL_EVENT
+from labkit.api.responses import finish as finish_response
+
+Event = dict[str, Any]
+
+
+class ResponseEvents:
+    def __init__(self, response: dict[str, Any]) -> None:
+        self.response = response
+        self.sequence_number = 0
+        self._item: dict[str, Any] | None = None
+        self._text: list[str] = []
+
+    def _event(self, kind: str, **fields: Any) -> Event:
+        event = {"type": kind, **fields, "sequence_number": self.sequence_number}
+        self.sequence_number += 1
+        return event
+
+    def _snapshot(self) -> dict[str, Any]:
+        return copy.deepcopy(self.response)
+
+    # ------------------------------------------------------------ response lifecycle
+
+    def start(self) -> list[Event]:
+        return [
+            self._event("response.created", response=self._snapshot()),
+            self._event("response.in_progress", response=self._snapshot()),
+        ]
+
+    def finish(self, status: str, usage: dict[str, Any], incomplete_reason: str | None = None) -> Event:
+        finish_response(self.response, status, usage, incomplete_reason=incomplete_reason)
+        return self._event(TERMINAL_EVENT[status], response=self._snapshot())
+
+    @property
+    def output_index(self) -> int:
+        return len(self.response["output"])
+
+    # ------------------------------------------------------------ output items
+
+    def begin_message(self, item_id: str) -> list[Event]:
+        self._item = {
+            "type": "message",
+            "id": item_id,
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        self._text = []
+        part = {"type": "output_text", "text": "", "annotations": []}
+        return [
+            self._event(
+                "response.output_item.added",
+                output_index=self.output_index,
+                item=copy.deepcopy(self._item),
+            ),
+            self._event(
+                "response.content_part.added",
+                item_id=item_id,
+                output_index=self.output_index,
+                content_index=0,
+                part=part,
+            ),
+        ]
+
+    def begin_call(self, item_id: str, call_id: str, name: str) -> list[Event]:
+        self._item = {
+            "type": "function_call",
+            "id": item_id,
+            "call_id": call_id,
+            "name": name,
+            "arguments": "",
+            "status": "in_progress",
+        }
+        self._text = []
+        return [
+            self._event(
+                "response.output_item.added",
+                output_index=self.output_index,
+                item=copy.deepcopy(self._item),
+            )
+        ]
+
+    def delta(self, text: str) -> Event:
+        """A chunk of the open item's text (message text or call arguments)."""
+        assert self._item is not None, "no output item is open"
+        self._text.append(text)
+        if self._item["type"] == "message":
+            return self._event(
+                "response.output_text.delta",
+                item_id=self._item["id"],
+                output_index=self.output_index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        return self._event(
+            "response.function_call_arguments.delta",
+            item_id=self._item["id"],
+            output_index=self.output_index,
+            delta=text,
+        )
+
+    def end_item(self, status: str = "completed") -> list[Event]:
+        """Close the open item; it joins the response's output."""
+        item, text = self._item, "".join(self._text)
+        assert item is not None, "no output item is open"
+        index = self.output_index
+        item["status"] = status
+        events: list[Event] = []
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": []}
+            item["content"] = [part]
+            common = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            events.append(self._event("response.output_text.done", **common, text=text, logprobs=[]))
+            events.append(self._event("response.content_part.done", **common, part=part))
+        else:
+            item["arguments"] = text
+            events.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    name=item["name"],
+                    arguments=text,
+                )
+            )
+        self.response["output"].append(item)
+        events.append(self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)))
+        self._item = None
+        return events

@@ -1,0 +1,262 @@
+"""Validation of ``response.create`` bodies with pydantic v2.
+
+Unknown fields are ignored; a wrong type or value is an ``APIError`` (400)
+naming the offending ``param`` in the API's own path syntax, e.g.
+``input[2].call_id``. Input items keep fields they do not know (such as a
+replayed reasoning item's ``encrypted_content``) so they round-trip intact.
+
+    >>> req = parse_create({"model": "labkit-spark", "input": "hi"})
+    >>> req.items
+    [{'type': 'message', 'role': 'user', 'content': 'hi'}]
+    >>> parse_create({"model": "m", "temperature": "hot"})
+    Traceback (most recent call last):
+    labkit.api.errors.APIError: Invalid type for 'temperature': expected a number.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from labkit.api.errors import APIError, invalid_request
+
+# ---------------------------------------------------------------- items
+
+
+class _Item(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    status: str | None = None
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class MessageItem(_Item):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[ContentPart]
+
+
+class FunctionCallItem(_Item):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputItem(_Item):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[dict[str, Any]]
+
+
+class ReasoningItem(_Item):
+    type: Literal["reasoning"]
+    summary: list[dict[str, Any]] = Field(default_factory=list)
+    encrypted_content: str | None = None
+
+
+class ItemReference(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["item_reference"] = "item_reference"
+    id: str
+
+
+class OtherItem(_Item):
+    """An item type labkit does not model (a client's own tool calls): kept as it came."""
+
+    type: str
+
+
+ITEM_MODELS: dict[str, type[BaseModel]] = {
+    "message": MessageItem,
+    "function_call": FunctionCallItem,
+    "function_call_output": FunctionCallOutputItem,
+    "reasoning": ReasoningItem,
+    "item_reference": ItemReference,
+}
+
+# ---------------------------------------------------------------- tools
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=128)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolChoiceFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    name: str | None = None
+
+
+# ---------------------------------------------------------------- the request
+
+
+class CreateBody(BaseModel):
+    """The fields of a ``response.create`` body that labkit reads; the rest are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction = "auto"
+    previous_response_id: str | None = None
+    store: bool = True
+    stream: bool = False
+    background: bool | None = None
+    generate: bool = True
+    max_output_tokens: int | None = Field(default=None, ge=16)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    metadata: dict[str, str] | None = None
+    parallel_tool_calls: bool = True
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = None
+    reasoning: dict[str, Any] | None = None
+    text: dict[str, Any] | None = None
+    prompt_cache_key: str | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+
+
+class CreateRequest:
+    """A validated create request: the body's fields plus normalized items and tools."""
+
+    def __init__(self, body: CreateBody, items: list[dict[str, Any]], tools: list[dict[str, Any]]):
+        self.body = body
+        self.items = items
+        self.tools = tools
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.body, name)
+
+    @property
+    def tool_choice_wire(self) -> Any:
+        choice = self.body.tool_choice
+        return choice if isinstance(choice, str) else choice.model_dump(exclude_none=True)
+
+
+# ---------------------------------------------------------------- errors in the API's words
+
+_TYPE_WORDS = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "a boolean",
+    "bool_parsing": "a boolean",
+    "list_type": "an array",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
+
+
+_UNION_MEMBERS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def param_path(loc: tuple[Any, ...], prefix: str = "") -> str:
+    """Pydantic's error location in the API's syntax: ``("input", 2, "role") -> 'input[2].role'``."""
+    path = prefix
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif "[" in part or part[:1].isupper() or part in _UNION_MEMBERS:
+            continue  # pydantic's name for a union member, not a field
+        else:
+            path += f".{part}" if path else part
+    return path
+
+
+def _to_api_error(exc: ValidationError, prefix: str = "") -> APIError:
+    err = max(exc.errors(), key=lambda e: len(e["loc"]))  # the most specific branch
+    param = param_path(tuple(err["loc"]), prefix) or None
+    kind = err["type"]
+    if kind == "missing":
+        return invalid_request(
+            f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+        )
+    if kind in _TYPE_WORDS:
+        return invalid_request(
+            f"Invalid type for '{param}': expected {_TYPE_WORDS[kind]}.",
+            param=param,
+            code="invalid_type",
+        )
+    return invalid_request(f"Invalid value for '{param}': {err['msg']}.", param=param, code="invalid_value")
+
+
+def _validate(model: type[BaseModel], raw: Any, prefix: str = "") -> BaseModel:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise _to_api_error(exc, prefix) from None
+
+
+def parse_item(raw: Any, param: str) -> dict[str, Any]:
+    """One input item, validated and dumped back to plain JSON."""
+    if not isinstance(raw, dict):
+        raise invalid_request(
+            f"Invalid type for '{param}': expected an object.", param=param, code="invalid_type"
+        )
+    kind = raw.get("type")
+    if kind is None:
+        kind = "message" if "role" in raw else "item_reference" if "id" in raw else None
+    if kind is None:
+        raise invalid_request(
+            f"Missing required parameter: '{param}.type'.",
+            param=f"{param}.type",
+            code="missing_required_parameter",
+        )
+    if not isinstance(kind, str):
+        raise invalid_request(
+            f"Invalid type for '{param}.type': expected a string.",
+            param=f"{param}.type",
+            code="invalid_type",
+        )
+    model = ITEM_MODELS.get(kind, OtherItem)
+    item = _validate(model, {**raw, "type": kind}, param)
+    return item.model_dump(exclude_none=True)
+
+
+def parse_tool(raw: Any, param: str) -> dict[str, Any]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise invalid_request(
+            f"Invalid value for '{param}': a tool is an object with a string 'type'.",
+            param=param,
+            code="invalid_value",
+        )
+    if raw["type"] != "function":
+        return raw  # hosted and client-specific tools (namespace, web_search, ...) pass through
+    return _validate(FunctionTool, raw, param).model_dump(exclude_none=True)
+
+
+def parse_create(raw: Any) -> CreateRequest:
+    """Validate a whole create body; raises ``APIError`` on the first problem."""
+    if not isinstance(raw, dict):
+        raise invalid_request("The request body must be a JSON object.", code="invalid_json")
+    body = _validate(CreateBody, raw)
+    assert isinstance(body, CreateBody)
+    if isinstance(body.input, str):
+        items = [{"type": "message", "role": "user", "content": body.input}]
+    else:
+        items = [parse_item(raw_item, f"input[{i}]") for i, raw_item in enumerate(body.input or [])]
+    tools = [parse_tool(raw_tool, f"tools[{i}]") for i, raw_tool in enumerate(body.tools)]
+    if body.metadata is not None and len(body.metadata) > 16:
+        raise invalid_request(
+            "Invalid 'metadata': too many keys (at most 16).", param="metadata", code="invalid_value"
+        )
+    return CreateRequest(body, items, tools)

@@ -1,0 +1,91 @@
+"""The ``labkit`` command: ``labkit serve`` runs the Responses API server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import socket
+import sys
+
+import uvicorn
+
+from labkit.server.app import ServerConfig, create_app
+from labkit.server.auth import keys_from_env
+
+READY_LINE = "labkit: serving on http://{host}:{port}/v1"
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def serve(args: argparse.Namespace) -> None:
+    config = ServerConfig(
+        api_keys=(args.api_key or []) + keys_from_env(),
+        ws_lifetime_s=args.ws_lifetime,
+        models=args.models,
+    )
+    if args.db:
+        config.db = args.db
+    if not _is_loopback(args.host) and not config.api_keys:
+        print(
+            f"labkit: warning: serving on {args.host} with no API keys; anyone who can reach "
+            "this port can use the server. Pass --api-key or set LABKIT_API_KEYS.",
+            file=sys.stderr,
+        )
+    # Bind first, so the port (even 0, "any free port") is known before announcing readiness.
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(config), log_level=args.log_level, lifespan="on", ws_ping_interval=None)
+    )
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            print(READY_LINE.format(host=args.host, port=port), flush=True)
+        await task
+
+    asyncio.run(run())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="labkit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the Responses API server (HTTP, SSE and WebSocket mode)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    p.add_argument("--db", help="SQLite file for stored responses (default: $LABKIT_DB or user data dir)")
+    p.add_argument("--models", help="TOML file adding or overriding models (or $LABKIT_MODELS)")
+    p.add_argument(
+        "--api-key",
+        action="append",
+        help="require this bearer key (repeatable; also $LABKIT_API_KEYS, comma-separated)",
+    )
+    p.add_argument(
+        "--ws-lifetime",
+        type=float,
+        default=3600.0,
+        help="seconds a WebSocket connection may stay open (default 3600)",
+    )
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The simulated GPU: tokenizer, chat template, prefix cache, decode clock, models, policies."""

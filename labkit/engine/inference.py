@@ -1,0 +1,52 @@
+"""One simulated GPU replica: prefill what the prefix cache lacks, then decode at the model's pace.
+
+The tokens are real (tiktoken ids of real text) and so is the cache
+bookkeeping; only the time the accelerator would take is modeled, from the
+model's ``prefill_tps`` and ``decode_tps``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from labkit.engine.catalogue import ModelSpec
+from labkit.engine.clock import DecodeClock
+from labkit.engine.prefix_cache import PrefixCache
+
+
+@dataclass(frozen=True)
+class Prefill:
+    prompt_tokens: int
+    cached_tokens: int
+    seconds: float
+
+    @property
+    def uncached_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+
+class Replica:
+    """An engine replica with its own prefix (KV) cache, as one GPU would have."""
+
+    def __init__(self, name: str = "replica-0", cache: PrefixCache | None = None) -> None:
+        self.name = name
+        self.cache = cache or PrefixCache()
+
+    async def prefill(self, model: ModelSpec, prompt: Sequence[int]) -> Prefill:
+        """Look the prompt up in the cache, spend the time for the rest, cache it."""
+        cached = self.cache.lookup(prompt)
+        seconds = model.prefill_seconds(len(prompt) - cached)
+        if seconds > 0:
+            await asyncio.sleep(seconds)
+        self.cache.insert(prompt)
+        return Prefill(len(prompt), cached, seconds)
+
+    def decode(self, model: ModelSpec) -> DecodeClock:
+        """A clock for one response's output; pace every output item through it."""
+        return DecodeClock(model.decode_tps)
+
+    def retain(self, tokens: Sequence[int]) -> None:
+        """Keep the KV of a finished turn (prompt and output) for the next turn to reuse."""
+        self.cache.insert(tokens)

@@ -1,0 +1,220 @@
+"""Policies decide what the simulated model says; the engine decides how fast.
+
+A policy sees the whole conversation of a turn and returns the output items to
+sample, as plain text and JSON. Two policies:
+
+- ``GenericPolicy`` serves any client: with function tools on offer it calls
+  them (schema-valid arguments) a bounded number of times, then answers in text.
+- ``ScriptedPolicy`` replays a scenario: step ``k`` is chosen by how many tool
+  results the conversation holds since its last user message, so the same
+  conversation always gets the same next action.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Item = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Say:
+    """An assistant message with this text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """A function call with JSON-encoded arguments."""
+
+    name: str
+    arguments: str
+
+
+Action = Say | Call
+
+
+@dataclass
+class TurnContext:
+    """What a policy may look at: the conversation so far and the request's settings."""
+
+    items: Sequence[Item]
+    tools: Sequence[Item] = ()
+    tool_choice: Any = "auto"
+    max_output_tokens: int | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def since_last_user(self) -> list[Item]:
+        last = -1
+        for i, item in enumerate(self.items):
+            if item.get("type", "message") == "message" and item.get("role") == "user":
+                last = i
+        return list(self.items[last + 1 :])
+
+    def last_user_text(self) -> str:
+        from labkit.engine.render import content_text
+
+        for item in reversed(self.items):
+            if item.get("type", "message") == "message" and item.get("role") == "user":
+                return content_text(item.get("content"))
+        return ""
+
+    def function_tools(self) -> list[Item]:
+        return [t for t in self.tools if t.get("type") == "function"]
+
+
+class Policy(Protocol):
+    def act(self, ctx: TurnContext) -> list[Action]: ...
+
+
+# ---------------------------------------------------------------- arguments from a schema
+
+
+def example_value(schema: Any, name: str = "value") -> Any:
+    """A value valid under a JSON schema, deterministic.
+
+    >>> example_value({"type": "object", "properties": {"path": {"type": "string"},
+    ...     "n": {"type": "integer", "minimum": 3}}, "required": ["path"]})
+    {'path': 'path', 'n': 3}
+    """
+    if not isinstance(schema, dict):
+        return name
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return example_value(schema[key][0], name)
+    if schema.get("allOf"):
+        merged: dict[str, Any] = {}
+        for sub in schema["allOf"]:
+            merged.update(sub)
+        return example_value(merged, name)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties") or {}
+        return {key: example_value(sub, key) for key, sub in props.items()}
+    if kind == "array":
+        count = max(1, int(schema.get("minItems", 1)))
+        return [example_value(schema.get("items", {}), name) for _ in range(count)]
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        value = low + (1 if "exclusiveMinimum" in schema else 0)
+        return int(value) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    text = name
+    min_len = int(schema.get("minLength", 0))
+    return (text * (min_len // max(len(text), 1) + 1))[: max(min_len, len(text))]
+
+
+# ---------------------------------------------------------------- the generic policy
+
+PASSAGE = (
+    "An agent loop alternates between the model and the client. The model picks an "
+    "action, the client runs a tool, and the result goes back for the next turn. Each "
+    "turn pays for three things: the API service around the model, inference on the "
+    "accelerator, and the client's own tools. When decoding was slow, inference hid "
+    "the service's cost; once decoding reached a thousand tokens a second, the "
+    "service became the part worth optimizing. Keeping one connection open and "
+    "caching the previous response's state lets the service process only what is "
+    "new in each turn. "
+)
+LONG_WORDS = re.compile(r"\b(long|essay|at length|as long as)\b", re.IGNORECASE)
+TOKEN_TARGET = re.compile(r"(\d[\d,_]*)\s*(?:output\s+)?tokens?\b", re.IGNORECASE)
+DEFAULT_LONG_TOKENS = 2048
+
+
+def text_of_tokens(count: int) -> str:
+    """Text that tokenizes to exactly ``count`` tokens (built from the passage)."""
+    from labkit.engine.tokenizer import decode, encode_text
+
+    ids = encode_text(PASSAGE)
+    repeated = ids * (count // len(ids) + 1)
+    return decode(repeated[:count])
+
+
+@dataclass
+class GenericPolicy:
+    """Calls offered function tools up to ``max_tool_calls`` times a user turn, then answers."""
+
+    max_tool_calls: int = 3
+
+    def act(self, ctx: TurnContext) -> list[Action]:
+        call = self._choose_call(ctx)
+        if call is not None:
+            return [call]
+        return [Say(self._answer(ctx))]
+
+    def _choose_call(self, ctx: TurnContext) -> Call | None:
+        tools = ctx.function_tools()
+        choice = ctx.tool_choice
+        if not tools or choice == "none":
+            return None
+        done = sum(1 for i in ctx.since_last_user() if i.get("type") == "function_call")
+        if isinstance(choice, dict) and choice.get("type") == "function":
+            named = [t for t in tools if t.get("name") == choice.get("name")]
+            tools = named or tools
+        elif choice != "required" and done >= self.max_tool_calls:
+            return None
+        tool = tools[done % len(tools)]
+        args = example_value(tool.get("parameters") or {"type": "object"})
+        return Call(name=str(tool.get("name")), arguments=json.dumps(args))
+
+    def _answer(self, ctx: TurnContext) -> str:
+        asked = ctx.last_user_text()
+        target = TOKEN_TARGET.search(asked)
+        if target:
+            return text_of_tokens(int(re.sub(r"[,_]", "", target.group(1))))
+        if LONG_WORDS.search(asked):
+            return text_of_tokens(ctx.max_output_tokens or DEFAULT_LONG_TOKENS)
+        results = [i for i in ctx.since_last_user() if i.get("type") == "function_call_output"]
+        if results:
+            return f"Done. I called {len(results)} tool(s) and read their results. " + PASSAGE[:120]
+        return "Hello from labkit's simulated model. " + PASSAGE[:160]
+
+
+# ---------------------------------------------------------------- the scripted policy
+
+
+@dataclass
+class ScriptedPolicy:
+    """Replays a scenario: a list of steps, each a list of actions.
+
+    A step is ``{"say": "..."}``, ``{"call": {"name": ..., "arguments": {...}}}``
+    or both (reasoning text, then the call).
+    """
+
+    steps: list[list[Action]]
+
+    @classmethod
+    def from_steps(cls, raw: list[dict[str, Any]]) -> ScriptedPolicy:
+        steps = []
+        for step in raw:
+            actions: list[Action] = []
+            if "say" in step:
+                actions.append(Say(str(step["say"])))
+            if "call" in step:
+                args = step["call"].get("arguments", {})
+                encoded = args if isinstance(args, str) else json.dumps(args)
+                actions.append(Call(name=step["call"]["name"], arguments=encoded))
+            if not actions:
+                raise ValueError(f"scenario step needs 'say' or 'call': {step}")
+            steps.append(actions)
+        if not steps:
+            raise ValueError("a scenario needs at least one step")
+        return cls(steps)
+
+    def act(self, ctx: TurnContext) -> list[Action]:
+        done = sum(1 for i in ctx.since_last_user() if i.get("type") == "function_call_output")
+        return list(self.steps[min(done, len(self.steps) - 1)])

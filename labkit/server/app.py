@@ -1,0 +1,93 @@
+"""The Starlette application: a route table, and the resources opened in its lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+
+from labkit.api.errors import APIError, server_error
+from labkit.engine.catalogue import load_catalogue
+from labkit.server import http
+from labkit.server.auth import Keys
+from labkit.server.store import ResponseStore
+from labkit.server.turns import Service
+from labkit.server.websocket import DEFAULT_LIFETIME_S, websocket_endpoint
+
+DB_ENV = "LABKIT_DB"
+DATA_ENV = "LABKIT_DATA"
+
+
+def default_db() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "labkit" / "responses.sqlite3"
+
+
+def default_data_dir() -> Path:
+    """The repository's ``data/`` (scenarios, profiles), or ``$LABKIT_DATA``."""
+    return Path(os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "data")
+
+
+@dataclass
+class ServerConfig:
+    db: str = field(default_factory=lambda: os.environ.get(DB_ENV) or str(default_db()))
+    models: str | None = None
+    api_keys: list[str] = field(default_factory=list)
+    ws_lifetime_s: float = DEFAULT_LIFETIME_S
+    data_dir: Path = field(default_factory=default_data_dir)
+
+
+ROUTES = [
+    Route("/v1/responses", http.create_response, methods=["POST"]),
+    WebSocketRoute("/v1/responses", websocket_endpoint),
+    Route("/v1/responses/{response_id}", http.retrieve_response, methods=["GET"]),
+    Route("/v1/responses/{response_id}", http.delete_response, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),
+    Route("/v1/models", http.list_models, methods=["GET"]),
+    Route("/v1/labkit/traces", http.get_traces, methods=["GET"]),
+    Route("/healthz", http.health, methods=["GET"]),
+]
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    err = APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", type=kind)
+    return JSONResponse(err.body(), status_code=exc.status_code)
+
+
+async def _crash(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(server_error().body(), status_code=500)
+
+
+def create_app(config: ServerConfig | None = None) -> Starlette:
+    config = config or ServerConfig()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        store = ResponseStore(config.db)
+        app.state.service = Service(
+            load_catalogue(config.models),
+            store,
+            scenarios_dir=config.data_dir / "scenarios",
+        )
+        app.state.keys = Keys(config.api_keys)
+        app.state.ws_lifetime_s = config.ws_lifetime_s
+        try:
+            yield
+        finally:
+            store.close()
+
+    return Starlette(
+        routes=ROUTES,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _crash},
+    )

@@ -1,0 +1,127 @@
+"""Start ``labkit serve`` as a subprocess on a free port, wait until it is ready, stop it.
+
+    with LabkitServer() as server:
+        client = OpenAI(base_url=server.base_url, api_key="sk-local")
+
+The server runs in its own process so that notebook kernels and test code do
+not share its event loop or distort its timings. Everything here is
+synchronous and blocks only on the subprocess, so it works inside a running
+event loop (a Jupyter kernel) without patching asyncio.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from types import TracebackType
+
+READY = re.compile(r"labkit: serving on (http://\S+)/v1")
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+class LabkitServer:
+    """A ``labkit serve`` subprocess; use as a context manager or call ``start``/``stop``."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        db: str | os.PathLike | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        if db is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="labkit-")
+            db = Path(self._tmp.name) / "responses.sqlite3"
+        self.db = Path(db)
+        self.args = list(args or [])
+        self.env = env
+        self.timeout = timeout
+        self.url: str | None = None
+        self.process: subprocess.Popen[str] | None = None
+        self.log: deque[str] = deque(maxlen=200)
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` an OpenAI client takes, e.g. ``http://127.0.0.1:40123/v1``."""
+        if self.url is None:
+            raise RuntimeError("the server is not running")
+        return f"{self.url}/v1"
+
+    @property
+    def ws_url(self) -> str:
+        return self.base_url.replace("http://", "ws://", 1) + "/responses"
+
+    def start(self) -> LabkitServer:
+        cmd = [sys.executable, "-m", "labkit", "serve", "--host", self.host, "--port", str(self.port)]
+        cmd += ["--db", str(self.db), *self.args]
+        env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        ready = threading.Event()
+        threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
+        deadline = time.monotonic() + self.timeout
+        while not ready.wait(0.05):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                output = "\n".join(self.log)
+                raise ServerStartError(f"labkit serve did not start:\n{output}")
+        return self
+
+    def _pump(self, ready: threading.Event) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line.rstrip())
+            match = READY.search(line)
+            if match and not ready.is_set():
+                self.url = match.group(1)
+                ready.set()
+
+    def stop(self) -> None:
+        """Ask the server to shut down (SIGTERM), then kill it if it has not within 10 s."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.url = None
+
+    def restart(self) -> LabkitServer:
+        """Stop and start again on the same database (a new port unless one was fixed)."""
+        self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> LabkitServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,179 @@
+"""The HTTP endpoints: create (JSON or SSE), retrieve, delete, input items, traces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from labkit.api.errors import APIError, invalid_request, response_not_found
+from labkit.api.events import Event
+from labkit.api.requests import parse_create
+from labkit.api.sse import frame
+from labkit.server.turns import Service, Turn, failure
+
+
+def service_of(request: Request) -> Service:
+    return request.app.state.service
+
+
+def owner_of(request: Request) -> str:
+    return request.app.state.keys.owner(request.headers.get("authorization"))
+
+
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def read_json(request: Request) -> Any:
+    try:
+        return json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise invalid_request(f"We could not parse the JSON body of your request: {exc}.") from None
+
+
+async def create_response(request: Request) -> Response:
+    service = service_of(request)
+    try:
+        owner = owner_of(request)
+        req = parse_create(await read_json(request))
+        if req.background:
+            raise invalid_request("labkit does not run background responses.", param="background")
+        turn = service.prepare(req, owner)
+    except APIError as err:
+        return error_response(err)
+    if req.stream:
+        return StreamingResponse(
+            sse_stream(service, turn),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+    try:
+        await service.execute(turn, emit=_discard)
+    except Exception as exc:
+        return error_response(failure(exc))
+    return JSONResponse(turn.response)
+
+
+async def _discard(event: Event) -> None:
+    return None
+
+
+async def sse_stream(service: Service, turn: Turn) -> AsyncIterator[bytes]:
+    """Run the turn in a task and frame its events as they come; a disconnect cancels it."""
+    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+    last_sequence = -1
+
+    async def emit(event: Event) -> None:
+        await queue.put(event)
+
+    async def run() -> None:
+        try:
+            await service.execute(turn, emit)
+        except Exception as exc:
+            await queue.put(failure(exc).sse_event(last_sequence + 1))
+        finally:
+            await queue.put(None)
+
+    task = asyncio.create_task(run())
+    try:
+        while (event := await queue.get()) is not None:
+            last_sequence = event["sequence_number"]
+            yield frame(event)
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+async def retrieve_response(request: Request) -> Response:
+    try:
+        found = service_of(request).store.get(owner_of(request), request.path_params["response_id"])
+        if found is None:
+            raise response_not_found(request.path_params["response_id"])
+    except APIError as err:
+        return error_response(err)
+    return JSONResponse(found)
+
+
+async def delete_response(request: Request) -> Response:
+    response_id = request.path_params["response_id"]
+    try:
+        if not service_of(request).store.delete(owner_of(request), response_id):
+            raise response_not_found(response_id)
+    except APIError as err:
+        return error_response(err)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+def _limit(raw: str | None) -> int:
+    try:
+        limit = int(raw) if raw is not None else 20
+    except ValueError:
+        raise invalid_request("Invalid 'limit': expected an integer.", param="limit") from None
+    if not 1 <= limit <= 100:
+        raise invalid_request("Invalid 'limit': must be between 1 and 100.", param="limit")
+    return limit
+
+
+async def list_input_items(request: Request) -> Response:
+    """``{object: "list", data, first_id, last_id, has_more}``, newest first unless ``order=asc``."""
+    response_id = request.path_params["response_id"]
+    params = request.query_params
+    try:
+        service, owner = service_of(request), owner_of(request)
+        if service.store.get(owner, response_id) is None:
+            raise response_not_found(response_id)
+        limit = _limit(params.get("limit"))
+        order = params.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise invalid_request("Invalid 'order': expected 'asc' or 'desc'.", param="order")
+        items = service.store.items(response_id, "input")
+        if order == "desc":
+            items.reverse()
+        after = params.get("after")
+        if after is not None:
+            ids = [item.get("id") for item in items]
+            if after not in ids:
+                raise invalid_request(f"Item with id '{after}' not found.", param="after")
+            items = items[ids.index(after) + 1 :]
+    except APIError as err:
+        return error_response(err)
+    page = items[:limit]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0].get("id") if page else None,
+            "last_id": page[-1].get("id") if page else None,
+            "has_more": len(items) > limit,
+        }
+    )
+
+
+async def get_traces(request: Request) -> Response:
+    """labkit extension: the server's spans for one response."""
+    response_id = request.query_params.get("response_id")
+    try:
+        if not response_id:
+            raise invalid_request("Missing required parameter: 'response_id'.", param="response_id")
+        trace = service_of(request).traces.get(owner_of(request), response_id)
+        if trace is None:
+            raise response_not_found(response_id)
+    except APIError as err:
+        return error_response(err)
+    spans = [span.to_json() for span in trace.spans]
+    return JSONResponse({"object": "list", "response_id": response_id, "data": spans})
+
+
+async def list_models(request: Request) -> Response:
+    catalogue = service_of(request).catalogue
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "labkit"} for name in catalogue.names()]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})

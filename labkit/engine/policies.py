@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -136,12 +137,30 @@ DEFAULT_LONG_TOKENS = 2048
 
 
 def text_of_tokens(count: int) -> str:
-    """Text that tokenizes to exactly ``count`` tokens (built from the passage)."""
-    from labkit.engine.tokenizer import decode, encode_text
+    """Text that tokenizes to exactly ``count`` tokens, cycling through the passage.
 
-    ids = encode_text(PASSAGE)
-    repeated = ids * (count // len(ids) + 1)
-    return decode(repeated[:count])
+    The passage is cut into the tokenizer's own pre-token pieces and only
+    one-token pieces are kept, so any number of them re-tokenizes to that number.
+
+    >>> from labkit.engine.tokenizer import encode_text
+    >>> [len(encode_text(text_of_tokens(n))) for n in (1, 7, 300)]
+    [1, 7, 300]
+    """
+    pieces = _one_token_pieces()
+    chosen = [pieces[i % len(pieces)] for i in range(count)]
+    if chosen:
+        chosen[0] = chosen[0].lstrip()
+    return "".join(chosen)
+
+
+@lru_cache(maxsize=1)
+def _one_token_pieces() -> tuple[str, ...]:
+    import regex
+
+    from labkit.engine.tokenizer import PAT_STR, encode_text
+
+    pieces = regex.findall(PAT_STR, " " + PASSAGE.strip())
+    return tuple(p for p in pieces if len(encode_text(p)) == 1 and p.strip())
 
 
 @dataclass

@@ -1,0 +1,232 @@
+"""The prefix (KV) cache: full blocks, chained block hashes, LRU eviction from a chain's tail."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labkit.engine.prefix_cache import CacheStats, PrefixCache
+
+
+def seq(start: int, length: int) -> list[int]:
+    return list(range(start, start + length))
+
+
+# ---------------------------------------------------------------- block-granular hits
+
+
+def test_an_empty_cache_misses() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=64)
+    assert cache.lookup(seq(0, 10)) == 0
+    assert len(cache) == 0
+
+
+def test_only_full_blocks_are_cached() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=64)
+    cache.insert(seq(0, 11))  # two full blocks and a partial one
+    assert len(cache) == 2
+    assert cache.cached_tokens == 8
+    assert cache.lookup(seq(0, 11)) == 8
+    assert cache.lookup(seq(0, 3)) == 0  # shorter than a block
+
+
+@pytest.mark.parametrize("length", [4, 5, 7, 8, 9, 15, 16, 17])
+def test_hits_are_a_multiple_of_the_block_size(length: int) -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=64)
+    cache.insert(seq(0, 16))
+    assert cache.lookup(seq(0, length)) == min(length, 16) // 4 * 4
+
+
+def test_a_shared_prefix_hits_up_to_the_first_differing_block() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=64)
+    tokens = seq(0, 16)
+    cache.insert(tokens)
+    changed = list(tokens)
+    changed[9] = 999  # inside the third block
+    assert cache.lookup(changed) == 8
+    changed[0] = 999  # now the first block differs too
+    assert cache.lookup(changed) == 0
+
+
+def test_a_conversation_that_grows_hits_its_whole_previous_prompt() -> None:
+    cache = PrefixCache(block_size=16, capacity_tokens=4096)
+    turn1 = seq(0, 100)
+    cache.insert(turn1)
+    turn2 = [*turn1, *seq(500, 50)]
+    assert cache.lookup(turn2) == 96
+    cache.insert(turn2)
+    assert cache.lookup([*turn2, 7]) == 144
+
+
+# ---------------------------------------------------------------- chained hashes
+
+
+def test_same_block_after_a_different_parent_is_a_miss() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=64)
+    a, b, c = seq(0, 4), seq(10, 4), seq(20, 4)
+    cache.insert([*a, *b])
+    assert cache.lookup([*a, *b]) == 8
+    assert cache.lookup([*c, *b]) == 0  # b is cached, but only after a
+    assert cache.lookup(b) == 0  # b at position 0 is another prefix
+
+
+def test_same_block_at_a_different_position_is_a_miss() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=64)
+    a, b = seq(0, 4), seq(10, 4)
+    cache.insert([*a, *b])
+    assert cache.lookup([*a, *a, *b]) == 4  # the first a hits, then a-after-a is new
+
+
+def test_block_keys_chain_their_parents() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=64)
+    a, b = seq(0, 4), seq(10, 4)
+    keys_ab = cache.block_keys([*a, *b])
+    keys_bb = cache.block_keys([*b, *b])
+    assert len(keys_ab) == 2
+    assert keys_ab[0] == cache.block_keys(a)[0]
+    assert keys_ab[1] != keys_bb[0]  # same tokens, different prefix
+    assert keys_bb[0] != keys_bb[1]  # same tokens, different position
+    assert cache.block_keys([*a, *b, 1, 2]) == keys_ab  # the partial block has no key
+
+
+# ---------------------------------------------------------------- LRU eviction
+
+
+def test_eviction_at_capacity_drops_the_least_recently_used_chain() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=16)  # 4 blocks
+    old, new, newest = seq(0, 8), seq(100, 8), seq(200, 8)
+    cache.insert(old)
+    cache.insert(new)
+    assert len(cache) == 4
+    cache.insert(newest)
+    assert len(cache) == 4
+    assert cache.lookup(old) == 0
+    assert cache.lookup(new) == 8
+    assert cache.lookup(newest) == 8
+    assert cache.stats.evicted_blocks == 2
+
+
+def test_a_refreshed_chain_survives_eviction() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=16)
+    old, new, newest = seq(0, 8), seq(100, 8), seq(200, 8)
+    cache.insert(old)
+    cache.insert(new)
+    assert cache.lookup(old) == 8  # a hit refreshes the chain: `new` is now least recent
+    cache.insert(newest)
+    assert cache.lookup(old) == 8
+    assert cache.lookup(new) == 0
+    assert cache.lookup(newest) == 8
+
+
+def test_reinserting_a_chain_refreshes_it() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=16)
+    old, new, newest = seq(0, 8), seq(100, 8), seq(200, 8)
+    cache.insert(old)
+    cache.insert(new)
+    cache.insert(old)
+    cache.insert(newest)
+    assert cache.lookup(old) == 8
+    assert cache.lookup(new) == 0
+
+
+def test_eviction_trims_a_chain_from_its_tail() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=24)  # 6 blocks
+    long = seq(0, 16)  # 4 blocks
+    cache.insert(long)
+    cache.insert(seq(100, 8))  # 2 blocks: full
+    cache.insert(seq(200, 4))  # one more block: one block of `long` goes
+    assert cache.lookup(long) == 12  # its last block went, its root stayed
+    cache.insert(seq(300, 8))  # two more blocks go, from the least recent chain's tail
+    assert cache.lookup(seq(100, 8)) == 4
+    assert cache.lookup(long) == 12
+
+
+def test_a_parent_stays_more_recent_than_its_children() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=20)  # 5 blocks
+    root = seq(0, 4)
+    branch_a = [*root, *seq(10, 8)]
+    branch_b = [*root, *seq(20, 4)]
+    cache.insert(branch_a)  # root, a1, a2
+    cache.insert(branch_b)  # root refreshed, b1
+    cache.insert(seq(900, 4))  # 5 blocks: full, nothing evicted yet
+    cache.insert(seq(950, 4))  # evicts a2, the tail of the least recent chain
+    assert cache.lookup(branch_b) == 8
+    assert cache.lookup(branch_a) == 8
+    cache.insert(seq(990, 8))  # two more go: a1, then b1; never the shared root
+    assert cache.lookup(branch_a) == 4
+    assert cache.lookup(branch_b) == 4
+
+
+def test_a_chain_longer_than_the_cache_keeps_its_head() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=16)
+    tokens = seq(0, 40)
+    cache.insert(tokens)
+    assert len(cache) == 4
+    assert cache.lookup(tokens) == 16
+
+
+# ---------------------------------------------------------------- stats
+
+
+def test_stats_count_lookups_hits_misses_and_evictions() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=16)
+    assert cache.stats == CacheStats()
+    cache.lookup(seq(0, 10))
+    cache.insert(seq(0, 10))
+    cache.lookup(seq(0, 10))
+    assert cache.stats == CacheStats(lookups=2, hit_tokens=8, miss_tokens=12, evicted_blocks=0)
+    cache.insert(seq(100, 12))
+    assert cache.stats.evicted_blocks == 1
+    assert cache.stats.lookups == 2  # inserting is not a lookup
+
+
+def test_bad_sizes_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        PrefixCache(block_size=0)
+    with pytest.raises(ValueError):
+        PrefixCache(block_size=16, capacity_tokens=8)
+
+
+# ---------------------------------------------------------------- properties
+
+token_lists = st.lists(st.integers(0, 5), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 8),
+    st.integers(1, 12),
+    st.lists(st.tuples(st.booleans(), token_lists), max_size=12),
+    token_lists,
+)
+def test_lookup_is_a_block_multiple_within_the_prompt(
+    block_size: int, capacity_blocks: int, ops: list[tuple[bool, list[int]]], probe: list[int]
+) -> None:
+    cache = PrefixCache(block_size=block_size, capacity_tokens=block_size * capacity_blocks)
+    inserted: list[list[int]] = []
+    for is_insert, tokens in [*ops, (False, probe)]:
+        if is_insert:
+            cache.insert(tokens)
+            inserted.append(tokens)
+            continue
+        hit = cache.lookup(tokens)
+        assert 0 <= hit <= len(tokens)
+        assert hit % block_size == 0
+        assert hit <= capacity_blocks * block_size
+        # a hit is a prefix some inserted prompt had (hashes aside, the cache only holds those)
+        assert hit == 0 or any(t[:hit] == tokens[:hit] for t in inserted)
+    assert len(cache) <= capacity_blocks
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 8), token_lists, token_lists)
+def test_a_roomy_cache_hits_the_longest_shared_full_block_prefix(
+    block_size: int, first: list[int], second: list[int]
+) -> None:
+    cache = PrefixCache(block_size=block_size, capacity_tokens=block_size * 100)
+    cache.insert(first)
+    shared = 0
+    while shared < min(len(first), len(second)) and first[shared] == second[shared]:
+        shared += 1
+    assert cache.lookup(second) == shared // block_size * block_size

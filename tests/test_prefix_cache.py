@@ -132,28 +132,26 @@ def test_reinserting_a_chain_refreshes_it() -> None:
 
 def test_eviction_trims_a_chain_from_its_tail() -> None:
     cache = PrefixCache(block_size=4, capacity_tokens=24)  # 6 blocks
-    long = seq(0, 16)  # 4 blocks
+    long, other = seq(0, 16), seq(100, 8)  # 4 blocks and 2 blocks
     cache.insert(long)
-    cache.insert(seq(100, 8))  # 2 blocks: full
+    cache.insert(other)  # full
     cache.insert(seq(200, 4))  # one more block: one block of `long` goes
     assert cache.lookup(long) == 12  # its last block went, its root stayed
-    cache.insert(seq(300, 8))  # two more blocks go, from the least recent chain's tail
-    assert cache.lookup(seq(100, 8)) == 4
+    cache.insert(seq(300, 4))  # now `other` is least recent: its tail goes
+    assert cache.lookup(other) == 4
     assert cache.lookup(long) == 12
 
 
 def test_a_parent_stays_more_recent_than_its_children() -> None:
     cache = PrefixCache(block_size=4, capacity_tokens=20)  # 5 blocks
     root = seq(0, 4)
-    branch_a = [*root, *seq(10, 8)]
-    branch_b = [*root, *seq(20, 4)]
-    cache.insert(branch_a)  # root, a1, a2
-    cache.insert(branch_b)  # root refreshed, b1
-    cache.insert(seq(900, 4))  # 5 blocks: full, nothing evicted yet
-    cache.insert(seq(950, 4))  # evicts a2, the tail of the least recent chain
-    assert cache.lookup(branch_b) == 8
-    assert cache.lookup(branch_a) == 8
-    cache.insert(seq(990, 8))  # two more go: a1, then b1; never the shared root
+    branch_a = [*root, *seq(10, 8)]  # root, a1, a2
+    branch_b = [*root, *seq(20, 4)]  # root, b1
+    cache.insert(branch_a)
+    cache.insert(branch_b)  # the shared root is refreshed with b1
+    cache.insert(seq(900, 4))  # 5 blocks: full
+    for start in (910, 920, 930):  # each new block evicts one: a2, a1, b1; the root outlives them
+        cache.insert(seq(start, 4))
     assert cache.lookup(branch_a) == 4
     assert cache.lookup(branch_b) == 4
 

@@ -69,7 +69,7 @@ def response_not_found(response_id: str) -> APIError:
     return APIError(
         404,
         f"Response with id '{response_id}' not found.",
-        type="invalid_request_error",
+        type="not_found_error",
         code="not_found",
     )
 

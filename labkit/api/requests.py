@@ -103,9 +103,12 @@ class ToolChoiceFunction(BaseModel):
 
 
 class CreateBody(BaseModel):
-    """The fields of a ``response.create`` body that labkit reads; the rest are ignored."""
+    """The fields of a ``response.create`` body that labkit reads; the rest are ignored.
 
-    model_config = ConfigDict(extra="ignore")
+    Strict: a wrong JSON type is an error, never silently converted (``"false"`` is not false).
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str
     input: str | list[dict[str, Any]] | None = None
@@ -260,3 +263,21 @@ def parse_create(raw: Any) -> CreateRequest:
             "Invalid 'metadata': too many keys (at most 16).", param="metadata", code="invalid_value"
         )
     return CreateRequest(body, items, tools)
+
+
+def stored_form(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item as the API lists it back: string content as a text part, a status set.
+
+    >>> stored_form({"type": "message", "role": "user", "content": "hi"})["content"]
+    [{'type': 'input_text', 'text': 'hi'}]
+    """
+    item = dict(item)
+    if item.get("type") == "message" and isinstance(item.get("content"), str):
+        if item.get("role") == "assistant":
+            part = {"type": "output_text", "text": item["content"], "annotations": []}
+        else:
+            part = {"type": "input_text", "text": item["content"]}
+        item["content"] = [part]
+    if item.get("type") in ("message", "function_call", "function_call_output"):
+        item.setdefault("status", "completed")
+    return item

@@ -19,7 +19,7 @@ def usage(input_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str
     """The ``usage`` block, e.g. ``usage(100, 64, 20)["total_tokens"] -> 120``."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens},
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": input_tokens + output_tokens,

@@ -41,11 +41,11 @@ class DecodeClock:
         """Yield ``tokens`` in chunks, each released once its last token is due."""
         sent = 0
         while sent < len(tokens):
-            wait = self.deadline(self.released) - self._now()
-            if wait > 0:
-                await asyncio.sleep(wait)
             due = due_count(self.start, self.tps, self._now()) - self.released
-            take = min(max(due, 1), len(tokens) - sent)
+            if due <= 0:  # not yet due (or woken early): sleep until the next deadline
+                await asyncio.sleep(max(0.0, self.deadline(self.released) - self._now()))
+                continue
+            take = min(due, len(tokens) - sent)
             yield tokens[sent : sent + take]
             sent += take
             self.released += take

@@ -13,10 +13,11 @@ sample, as plain text and JSON. Two policies:
 from __future__ import annotations
 
 import json
+import math
 import re
-from functools import lru_cache
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 Item = dict[str, Any]
@@ -107,16 +108,53 @@ def example_value(schema: Any, name: str = "value") -> Any:
         count = max(1, int(schema.get("minItems", 1)))
         return [example_value(schema.get("items", {}), name) for _ in range(count)]
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
-        value = low + (1 if "exclusiveMinimum" in schema else 0)
-        return int(value) if kind == "integer" else float(value)
+        return _example_number(schema, integer=kind == "integer")
     if kind == "boolean":
         return True
     if kind == "null":
         return None
-    text = name
+    return _example_string(schema, name)
+
+
+def _example_number(schema: dict[str, Any], *, integer: bool) -> int | float:
+    """0 if the bounds allow it, else the whole number nearest a bound, else a real in between.
+
+    >>> _example_number({"minimum": 2.5}, integer=True), _example_number({"maximum": -1}, integer=False)
+    (3, -1)
+    """
+    low, low_open = schema.get("minimum"), False
+    if "exclusiveMinimum" in schema:
+        low, low_open = schema["exclusiveMinimum"], True
+    high, high_open = schema.get("maximum"), False
+    if "exclusiveMaximum" in schema:
+        high, high_open = schema["exclusiveMaximum"], True
+
+    def fits(v: float) -> bool:
+        above = low is None or v > low or (v == low and not low_open)
+        below = high is None or v < high or (v == high and not high_open)
+        return above and below
+
+    whole = [0]
+    if low is not None:
+        whole.append(math.floor(low) + 1 if low_open else math.ceil(low))
+    if high is not None:
+        whole.append(math.ceil(high) - 1 if high_open else math.floor(high))
+    for value in whole:
+        if fits(value):
+            # Whole numbers go out as JSON integers: clients often read "number" fields as ints.
+            return int(value)
+    if integer or low is None or high is None:
+        return whole[-1]  # no integer in range: the schema cannot be met, say the nearest
+    return (low + high) / 2
+
+
+def _example_string(schema: dict[str, Any], name: str) -> str:
+    """The field's name (or "x"), repeated or cut to fit minLength and maxLength."""
+    text = name or "x"
     min_len = int(schema.get("minLength", 0))
-    return (text * (min_len // max(len(text), 1) + 1))[: max(min_len, len(text))]
+    max_len = int(schema.get("maxLength", max(min_len, len(text))))
+    length = min(max(len(text), min_len), max_len)
+    return (text * (length // len(text) + 1))[:length]
 
 
 # ---------------------------------------------------------------- the generic policy
@@ -196,7 +234,8 @@ class GenericPolicy:
         if target:
             return text_of_tokens(int(re.sub(r"[,_]", "", target.group(1))))
         if LONG_WORDS.search(asked):
-            return text_of_tokens(ctx.max_output_tokens or DEFAULT_LONG_TOKENS)
+            # Longer than any budget the request set, so it runs on until max_output_tokens stops it.
+            return text_of_tokens(max(DEFAULT_LONG_TOKENS, (ctx.max_output_tokens or 0) + 1))
         results = [i for i in ctx.since_last_user() if i.get("type") == "function_call_output"]
         if results:
             return f"Done. I called {len(results)} tool(s) and read their results. " + PASSAGE[:120]

@@ -134,7 +134,7 @@ def system_block(instructions: str | None, tools: Sequence[Item]) -> tuple[str, 
 
 def header_key(instructions: str | None, tools: Sequence[Item]) -> str:
     """A digest of what the system block depends on: equal keys, equal system blocks."""
-    raw = json.dumps([instructions or "", list(tools)], sort_keys=True)
+    raw = json.dumps([instructions or "", list(tools)])  # key order matters: it is rendered
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -191,11 +191,11 @@ class TokenBuffer:
         return added
 
     def append_sampled(self, item: Item, body_ids: list[int]) -> int:
-        """Append an output item from the ids the model sampled: only its header is encoded."""
+        """Append an output item from the ids the model sampled: only markup and header are new work."""
         block = encode_block(item_block(item)[0], body_ids)
         self.ids.extend(block)
         self.items += 1
-        added = len(block) - len(body_ids) - 3
+        added = len(block) - len(body_ids)
         self.encoded += added
         return added
 

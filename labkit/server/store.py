@@ -18,7 +18,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
-    previous_response_id TEXT,
+    parent_id TEXT,  -- the stored response whose conversation this one continues
     created_at INTEGER NOT NULL,
     body TEXT NOT NULL
 );
@@ -59,7 +59,10 @@ class ResponseStore:
         response: dict[str, Any],
         input_items: list[dict[str, Any]],
         output_items: list[dict[str, Any]],
+        *,
+        parent: str | None,
     ) -> None:
+        """Store a response with its items; ``parent`` is the stored response its history continues."""
         rows = [
             (response["id"], role, pos, item.get("id"), json.dumps(item))
             for role, items in (("input", input_items), ("output", output_items))
@@ -73,7 +76,7 @@ class ResponseStore:
                     (
                         response["id"],
                         owner,
-                        response.get("previous_response_id"),
+                        parent,
                         response["created_at"],
                         json.dumps(response),
                     ),
@@ -90,6 +93,13 @@ class ResponseStore:
                 "SELECT body FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
             ).fetchone()
         return json.loads(row[0]) if row else None
+
+    def has(self, owner: str, response_id: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
+            ).fetchone()
+        return row is not None
 
     def delete(self, owner: str, response_id: str) -> bool:
         with self._lock:
@@ -111,7 +121,7 @@ class ResponseStore:
         while current is not None and len(chain) < MAX_CHAIN:
             with self._lock:
                 row = self._db.execute(
-                    "SELECT previous_response_id FROM responses WHERE id = ? AND owner = ?",
+                    "SELECT parent_id FROM responses WHERE id = ? AND owner = ?",
                     (current, owner),
                 ).fetchone()
             if row is None:

@@ -30,7 +30,7 @@ from labkit.api.errors import (
 )
 from labkit.api.events import Event, ResponseEvents
 from labkit.api.ids import new_id, new_item_id
-from labkit.api.requests import CreateRequest
+from labkit.api.requests import CreateRequest, stored_form
 from labkit.api.responses import new_response, usage
 from labkit.engine.catalogue import Catalogue, ModelSpec, UnknownModel
 from labkit.engine.inference import Replica
@@ -151,8 +151,8 @@ class Service:
                         code="item_not_found",
                     )
                 item = found
-            elif "id" not in item:
-                item = {"id": new_item_id(item.get("type", "message")), **item}
+            else:
+                item = stored_form({"id": new_item_id(item["type"]), **item} if "id" not in item else item)
             resolved.append(item)
         return resolved
 
@@ -236,8 +236,12 @@ class Service:
             self.replica.retain(turn.buffer.ids)
         if turn.req.store:
             with turn.trace.stage("store") as span:
-                self.store.save(turn.owner, turn.response, turn.new_items, output)
-                span.items = len(turn.new_items) + len(output)
+                inputs, parent = turn.new_items, turn.req.previous_response_id
+                if parent and turn.source == "connection_cache" and not self.store.has(turn.owner, parent):
+                    # The history came from an unstored response: store it whole, so it is not lost.
+                    inputs, parent = turn.items, None
+                self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
+                span.items = len(inputs) + len(output)
         self.traces.put(turn.owner, turn.response["id"], turn.trace)
         return Conversation(
             response=turn.response,

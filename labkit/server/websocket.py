@@ -74,9 +74,9 @@ class WebSocketSession:
 
     async def _expire(self) -> None:
         await asyncio.sleep(self.lifetime_s)
-        minutes = self.lifetime_s / 60
+        limit = f"{self.lifetime_s / 60:g}-minute" if self.lifetime_s >= 60 else f"{self.lifetime_s:g}-second"
         err = invalid_request(
-            f"This WebSocket connection reached its {minutes:g}-minute limit. Open a new connection.",
+            f"This WebSocket connection reached its {limit} limit. Open a new connection.",
             code="websocket_connection_limit_reached",
         )
         await self.send(err.ws_event())

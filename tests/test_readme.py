@@ -1,0 +1,19 @@
+"""The README's SDK snippet runs as printed (only the port is the test server's)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from labkit.server.handle import LabkitServer
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_sdk_snippet_runs(server: LabkitServer, capsys) -> None:
+    snippet = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[0]
+    assert 'base_url="http://127.0.0.1:8765/v1"' in snippet
+    exec(snippet.replace("http://127.0.0.1:8765/v1", server.base_url), {})
+    printed = capsys.readouterr().out
+    assert "function_call read_file" in printed
+    assert "prompt tokens served from cache" in printed

@@ -41,3 +41,39 @@ READ_FILE_TOOL = {
     },
     "strict": True,
 }
+
+
+# The event order of protocol.md §2, with each run of deltas written once.
+TEXT_TURN_EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
+CALL_TURN_EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.output_item.done",
+    "response.completed",
+]
+
+
+def collapse_deltas(types: list[str]) -> list[str]:
+    """Event types with each run of deltas folded into one (chunking follows the decode clock).
+
+    >>> collapse_deltas(["a", "x.delta", "x.delta", "b"])
+    ['a', 'x.delta', 'b']
+    """
+    out: list[str] = []
+    for kind in types:
+        if not (out and kind == out[-1] and kind.endswith(".delta")):
+            out.append(kind)
+    return out

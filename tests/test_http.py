@@ -16,7 +16,14 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from conftest import API_KEY, READ_FILE_TOOL, auth_headers
+from conftest import (
+    API_KEY,
+    CALL_TURN_EVENTS,
+    READ_FILE_TOOL,
+    TEXT_TURN_EVENTS,
+    auth_headers,
+    collapse_deltas,
+)
 from openai import OpenAI
 
 from labkit.engine.tokenizer import encode_text
@@ -65,40 +72,7 @@ SEARCH_TOOL = {
     "strict": True,
 }
 
-TEXT_TURN_EVENTS = [
-    "response.created",
-    "response.in_progress",
-    "response.output_item.added",
-    "response.content_part.added",
-    "response.output_text.delta",
-    "response.output_text.done",
-    "response.content_part.done",
-    "response.output_item.done",
-    "response.completed",
-]
-
-CALL_TURN_EVENTS = [
-    "response.created",
-    "response.in_progress",
-    "response.output_item.added",
-    "response.function_call_arguments.delta",
-    "response.function_call_arguments.done",
-    "response.output_item.done",
-    "response.completed",
-]
-
-
 # ---------------------------------------------------------------- helpers
-
-
-def collapse(types: list[str], repeated: str) -> list[str]:
-    """Event types with each run of ``repeated`` collapsed to one entry."""
-    out: list[str] = []
-    for kind in types:
-        if kind == repeated and out and out[-1] == repeated:
-            continue
-        out.append(kind)
-    return out
 
 
 def raw_post(server: LabkitServer, body: Any, *, key: str | None = API_KEY) -> httpx.Response:
@@ -208,7 +182,7 @@ def test_create_echoes_settings(client: OpenAI) -> None:
 def test_stream_text_events(client: OpenAI) -> None:
     events = list(client.responses.create(model=MODEL, input="Say hello.", stream=True))
     types = [e.type for e in events]
-    assert collapse(types, "response.output_text.delta") == TEXT_TURN_EVENTS
+    assert collapse_deltas(types) == TEXT_TURN_EVENTS
     check_sequence(events)
 
     created, in_progress = events[0], events[1]
@@ -262,7 +236,7 @@ def test_stream_function_call_events(client: OpenAI) -> None:
         )
     )
     types = [e.type for e in events]
-    assert collapse(types, "response.function_call_arguments.delta") == CALL_TURN_EVENTS
+    assert collapse_deltas(types) == CALL_TURN_EVENTS
     check_sequence(events)
 
     added = events[2]
@@ -342,10 +316,7 @@ def test_stream_two_output_items_indices(scripted_server: LabkitServer) -> None:
             )
         )
     check_sequence(events)
-    types = collapse(
-        collapse([e.type for e in events], "response.output_text.delta"),
-        "response.function_call_arguments.delta",
-    )
+    types = collapse_deltas([e.type for e in events])
     assert types == TEXT_TURN_EVENTS[:-1] + CALL_TURN_EVENTS[2:]
     by_type: dict[str, list[Any]] = {}
     for e in events:
@@ -945,7 +916,7 @@ def test_codex_style_streamed(client: OpenAI) -> None:
             stream=True,
         )
     )
-    assert collapse([e.type for e in events], "response.output_text.delta") == TEXT_TURN_EVENTS
+    assert collapse_deltas([e.type for e in events]) == TEXT_TURN_EVENTS
     check_sequence(events)
 
 
@@ -1034,7 +1005,7 @@ def test_raw_sse_framing_text(server: LabkitServer) -> None:
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith("text/event-stream")
     events = check_frames(text)
-    assert collapse([e["type"] for e in events], "response.output_text.delta") == TEXT_TURN_EVENTS
+    assert collapse_deltas([e["type"] for e in events]) == TEXT_TURN_EVENTS
     final = events[-1]["response"]
     assert final["status"] == "completed"
     usage = final["usage"]
@@ -1049,7 +1020,7 @@ def test_raw_sse_framing_call_and_incomplete(server: LabkitServer) -> None:
         server, {"model": MODEL, "input": "hi", "tools": [READ_FILE_TOOL], "tool_choice": "required"}
     )
     events = check_frames(text)
-    assert collapse([e["type"] for e in events], "response.function_call_arguments.delta") == CALL_TURN_EVENTS
+    assert collapse_deltas([e["type"] for e in events]) == CALL_TURN_EVENTS
     _, text = sse_frames(server, {"model": MODEL, "input": "Write 200 tokens.", "max_output_tokens": 20})
     events = check_frames(text)
     assert events[-1]["type"] == "response.incomplete"

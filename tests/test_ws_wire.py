@@ -17,7 +17,14 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import API_KEY, READ_FILE_TOOL, auth_headers
+from conftest import (
+    API_KEY,
+    CALL_TURN_EVENTS,
+    READ_FILE_TOOL,
+    TEXT_TURN_EVENTS,
+    auth_headers,
+    collapse_deltas,
+)
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -27,28 +34,6 @@ MODEL = "labkit-spark"
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 RECV_TIMEOUT = 30.0  # a safety net against a hung test, not a measurement
 ERROR_KEYS = {"message", "type", "param", "code"}
-
-TEXT_TURN = [
-    "response.created",
-    "response.in_progress",
-    "response.output_item.added",
-    "response.content_part.added",
-    "response.output_text.delta",
-    "response.output_text.done",
-    "response.content_part.done",
-    "response.output_item.done",
-    "response.completed",
-]
-CALL_TURN = [
-    "response.created",
-    "response.in_progress",
-    "response.output_item.added",
-    "response.function_call_arguments.delta",
-    "response.function_call_arguments.done",
-    "response.output_item.done",
-    "response.completed",
-]
-
 
 # ---------------------------------------------------------------- a raw client
 
@@ -128,15 +113,6 @@ def assert_error(event: dict[str, Any], code: str | None, param: str | None = No
     assert event["error"]["param"] == param
 
 
-def collapse(types: list[str]) -> list[str]:
-    """Event types with runs of deltas folded into one (chunking follows the decode clock)."""
-    out: list[str] = []
-    for kind in types:
-        if not (out and kind == out[-1] and kind.endswith(".delta")):
-            out.append(kind)
-    return out
-
-
 def sse_types(server: LabkitServer, body: dict[str, Any]) -> list[str]:
     """The same request over HTTP with ``stream: true``: the SSE event names, in order."""
     types = []
@@ -168,8 +144,10 @@ def traces(server: LabkitServer, response_id: str) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        pytest.param({"input": "Say hello."}, TEXT_TURN, id="text"),
-        pytest.param({"input": "Read the README.", "tools": [READ_FILE_TOOL]}, CALL_TURN, id="function-call"),
+        pytest.param({"input": "Say hello."}, TEXT_TURN_EVENTS, id="text"),
+        pytest.param(
+            {"input": "Read the README.", "tools": [READ_FILE_TOOL]}, CALL_TURN_EVENTS, id="function-call"
+        ),
     ],
 )
 def test_events_are_json_text_frames_in_sse_order(
@@ -181,8 +159,8 @@ def test_events_are_json_text_frames_in_sse_order(
         events = w.collect()
     assert_one_response(events)
     types = [e["type"] for e in events]
-    assert collapse(types) == expected
-    assert collapse(sse_types(server, request)) == expected
+    assert collapse_deltas(types) == expected
+    assert collapse_deltas(sse_types(server, request)) == expected
 
     created, final = events[0]["response"], events[-1]["response"]
     assert created["status"] == "in_progress" and created["output"] == []

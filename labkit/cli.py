@@ -12,6 +12,8 @@ import uvicorn
 
 from labkit.server.app import ServerConfig, create_app
 from labkit.server.auth import keys_from_env
+from labkit.server.designs import DESIGNS
+from labkit.server.profiles import DEFAULT_PROFILE
 
 READY_LINE = "labkit: serving on http://{host}:{port}/v1"
 
@@ -28,6 +30,8 @@ def serve(args: argparse.Namespace) -> None:
         api_keys=(args.api_key or []) + keys_from_env(),
         ws_lifetime_s=args.ws_lifetime,
         models=args.models,
+        profile=args.profile,
+        design=args.design,
     )
     if args.db:
         config.db = args.db
@@ -76,6 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=3600.0,
         help="seconds a WebSocket connection may stay open (default 3600)",
+    )
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"latency profile: a name in data/profiles or a TOML file (default {DEFAULT_PROFILE})",
+    )
+    p.add_argument(
+        "--design",
+        choices=sorted(DESIGNS),
+        help="default design for every request (default: sprint over HTTP, websocket over WebSocket)",
     )
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=serve)

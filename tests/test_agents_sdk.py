@@ -88,7 +88,7 @@ def hydrate_source(server: LabkitServer, response_id: str) -> str | None:
         timeout=10,
     )
     assert reply.status_code == 200, reply.text
-    spans = [s for s in reply.json()["data"] if s["stage"] == "hydrate"]
+    spans = [s for s in reply.json()["data"] if s["stage"] == "hydration"]
     return spans[0]["detail"].get("source") if spans else None
 
 

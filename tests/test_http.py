@@ -366,7 +366,10 @@ def test_stream_helper_with_tool(client: OpenAI) -> None:
 
 
 def test_function_tool_round_trip_chained(client: OpenAI) -> None:
-    first = client.responses.create(model=MODEL, input="What is in README.md?", tools=[READ_FILE_TOOL])
+    # A prompt_cache_key routes both requests to the same replica, as agent clients do.
+    first = client.responses.create(
+        model=MODEL, input="What is in README.md?", tools=[READ_FILE_TOOL], prompt_cache_key="readme-chat"
+    )
     assert first.status == "completed"
     (call,) = first.output
     assert call.type == "function_call" and call.name == "read_file"
@@ -379,6 +382,7 @@ def test_function_tool_round_trip_chained(client: OpenAI) -> None:
         previous_response_id=first.id,
         tools=[READ_FILE_TOOL],
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "# labkit\n" * 20}],
+        prompt_cache_key="readme-chat",
     )
     assert second.previous_response_id == first.id
     assert second.status == "completed"

@@ -197,12 +197,12 @@ def test_ws_follow_up_renders_only_the_new_items(client: OpenAI, server: LabkitS
 
     traces = [spans(server, r.id) for r, _ in turns]
     first = traces[0]
-    assert first["hydrate"]["detail"]["source"] == "none"
+    assert first["hydration"]["detail"]["source"] == "none"
     assert first["render"]["tokens"] == first["render"]["detail"]["prompt_tokens"]
 
     history_items = 0
     for k, ((response, new_items), trace) in enumerate(zip(turns, traces, strict=True)):
-        render, hydrate = trace["render"], trace["hydrate"]
+        render, hydrate = trace["render"], trace["hydration"]
         prompt = render["detail"]["prompt_tokens"]
         assert prompt + len(GENERATION_PROMPT) == response.usage.input_tokens
         assert render["items"] == len(new_items)
@@ -212,7 +212,7 @@ def test_ws_follow_up_renders_only_the_new_items(client: OpenAI, server: LabkitS
             continue
         previous_response = turns[k - 1][0]
         assert hydrate["detail"]["source"] == "connection_cache"
-        assert trace["route"]["detail"].get("reused") is True
+        assert trace["routing"]["detail"].get("reused") is True
         new_tokens = sum(block_tokens(item) for item in new_items)
         assert render["tokens"] == new_tokens
         previous_prompt = traces[k - 1]["render"]["detail"]["prompt_tokens"]
@@ -232,10 +232,12 @@ def ws_follow_up(client: OpenAI, server: LabkitServer, instructions: str, first:
 
 
 def http_follow_up(client: OpenAI, server: LabkitServer, instructions: str, first: str) -> dict[str, Any]:
+    # The naive design: no render cache, so the stored history is rendered again in full.
     common = {"model": MODEL, "instructions": instructions, "store": True}
-    head = client.responses.create(input=first, **common)
+    naive = {"x-labkit-design": "naive"}
+    head = client.responses.create(input=first, extra_headers=naive, **common)
     nxt = client.responses.create(
-        input=[{"role": "user", "content": NEXT}], previous_response_id=head.id, **common
+        input=[{"role": "user", "content": NEXT}], previous_response_id=head.id, extra_headers=naive, **common
     )
     assert head.status == nxt.status == "completed"
     return spans(server, nxt.id)
@@ -264,7 +266,7 @@ def test_ws_render_cost_does_not_grow_with_history_but_http_does(
 
     # WS: served from the connection cache, renders the new message only, whatever came before.
     for trace in (ws_short, ws_long):
-        assert trace["hydrate"]["detail"]["source"] == "connection_cache"
+        assert trace["hydration"]["detail"]["source"] == "connection_cache"
         assert trace["render"]["items"] == 1
         assert trace["render"]["tokens"] == new_item_tokens
     assert ws_short["render"]["tokens"] == ws_long["render"]["tokens"]
@@ -273,8 +275,8 @@ def test_ws_render_cost_does_not_grow_with_history_but_http_does(
     assert http_short["render"]["detail"]["prompt_tokens"] == short_prompt
     assert http_long["render"]["detail"]["prompt_tokens"] == long_prompt
     for trace in (http_short, http_long):
-        assert trace["hydrate"]["detail"]["source"] == "store"
-        assert trace["hydrate"]["items"] == 2
+        assert trace["hydration"]["detail"]["source"] == "store"
+        assert trace["hydration"]["items"] == 2
         assert trace["render"]["tokens"] == trace["render"]["detail"]["prompt_tokens"]
     assert http_long["render"]["tokens"] - http_short["render"]["tokens"] == long_prompt - short_prompt
 
@@ -294,7 +296,7 @@ def test_changed_instructions_on_a_cache_hit_rerender_the_prompt(
             store=False,
         )
     trace = spans(server, nxt.id)
-    assert trace["hydrate"]["detail"]["source"] == "connection_cache"
+    assert trace["hydration"]["detail"]["source"] == "connection_cache"
     assert trace["render"]["tokens"] == trace["render"]["detail"]["prompt_tokens"]
     assert nxt.instructions != head.instructions
 
@@ -364,7 +366,7 @@ def test_generate_false_warm_up_then_chained_turn_hits_the_prefix_cache(
     assert cached(real) >= warm_prompt - warm_prompt % BLOCK, "every full block of the warm-up is reused"
     real_trace = spans(server, real.id)
     assert real_trace["prefill"]["detail"]["cached_tokens"] == cached(real)
-    assert real_trace["hydrate"]["detail"]["source"] == "connection_cache"
+    assert real_trace["hydration"]["detail"]["source"] == "connection_cache"
     assert real_trace["render"]["tokens"] == block_tokens({"type": "message", **question})
 
 
@@ -379,18 +381,20 @@ def test_stored_response_chains_from_a_new_socket_and_is_retrievable(
         head = completed(first_socket, input="Hi.", **common)
         second = completed(first_socket, input=NEXT, previous_response_id=head.id, **common)
     # Stored or not, the socket that made the previous response serves it from memory.
-    assert spans(server, second.id)["hydrate"]["detail"]["source"] == "connection_cache"
+    assert spans(server, second.id)["hydration"]["detail"]["source"] == "connection_cache"
 
     new_item = {"role": "user", "content": "And after that?"}
     with ws(client) as new_socket:
         third = completed(new_socket, input=[new_item], previous_response_id=second.id, **common)
     assert third.previous_response_id == second.id
 
-    # A cache miss with store=true hydrates the whole chain from the store and renders it all.
+    # A cache miss with store=true hydrates the whole chain from the store; the server-wide
+    # render cache (the sprint's) still holds its rendering, so only the new item is tokenized.
     trace = spans(server, third.id)
-    assert trace["hydrate"]["detail"]["source"] == "store"
-    assert trace["hydrate"]["items"] == 4
-    assert trace["render"]["tokens"] == trace["render"]["detail"]["prompt_tokens"]
+    assert trace["hydration"]["detail"]["source"] == "store"
+    assert trace["hydration"]["items"] == 4
+    assert trace["render"]["detail"]["cache"] == "render_cache"
+    assert trace["render"]["tokens"] == block_tokens({"type": "message", **new_item})
     # ... and arrives at the same prompt the cache path would have built.
     second_trace = spans(server, second.id)
     expected_prompt = (
@@ -456,7 +460,7 @@ def test_sdk_stream_id_lanes_keep_their_own_cache(client: OpenAI, server: Labkit
         assert on_b.type == "response.completed"
         assert on_b.stream_id == "b"
     for response in (on_a.response, on_b.response):
-        assert spans(server, response.id)["hydrate"]["detail"]["source"] == "connection_cache"
+        assert spans(server, response.id)["hydration"]["detail"]["source"] == "connection_cache"
 
 
 def test_sdk_background_is_refused_over_websocket(client: OpenAI) -> None:
@@ -494,7 +498,7 @@ def test_a_stored_turn_after_an_unstored_one_keeps_the_whole_history(
         c = completed(
             conn, model=MODEL, instructions=instructions, previous_response_id=b.id, input=NEXT, store=True
         )
-    hydrate = spans(server, c.id)["hydrate"]
+    hydrate = spans(server, c.id)["hydration"]
     assert hydrate["detail"]["source"] == "store"
     assert hydrate["items"] == 4  # A's input and output, B's input and output
     assert c.usage.input_tokens > b.usage.input_tokens

@@ -243,7 +243,7 @@ def test_a_failed_turn_evicts_the_response_it_referenced(
         unrelated = w.turn(**{"model": MODEL, "input": "x", "store": False, **bad})
         assert_error(unrelated, code, param)
         b = w.done(model=MODEL, input="Go on.", previous_response_id=a["id"], store=False)
-        assert traces(server, b["id"])["hydrate"]["detail"]["source"] == "connection_cache"
+        assert traces(server, b["id"])["hydration"]["detail"]["source"] == "connection_cache"
 
         # A failure that references it evicts it: store=false has nothing to fall back on.
         failed = w.turn(
@@ -269,8 +269,8 @@ def test_only_the_most_recent_response_is_cached(server: LabkitServer) -> None:
         w.done(model=MODEL, input="Go on.", previous_response_id=s1["id"], store=True)
         s_branch = w.done(model=MODEL, input="Or else?", previous_response_id=s1["id"], store=True)
     trace = traces(server, s_branch["id"])
-    assert trace["hydrate"]["detail"]["source"] == "store"
-    assert trace["hydrate"]["items"] == 2
+    assert trace["hydration"]["detail"]["source"] == "store"
+    assert trace["hydration"]["items"] == 2
 
 
 # ---------------------------------------------------------------- 3. (raw) unknown previous response
@@ -364,7 +364,7 @@ def test_many_errors_in_a_row_then_a_chain(server: LabkitServer) -> None:
             assert w.recv()["type"] == "error"
         # Frame-level errors do not touch the connection cache.
         nxt = w.done(model=MODEL, input="Go on.", previous_response_id=head["id"], store=False)
-        assert traces(server, nxt["id"])["hydrate"]["detail"]["source"] == "connection_cache"
+        assert traces(server, nxt["id"])["hydration"]["detail"]["source"] == "connection_cache"
 
 
 # ---------------------------------------------------------------- 10. lanes
@@ -404,7 +404,7 @@ def test_lanes_keep_their_own_connection_cache(server: LabkitServer) -> None:
         assert_error(default_miss, "previous_response_not_found", "previous_response_id")
         assert "stream_id" not in default_miss
     for response in (a2, b2):
-        assert traces(server, response["id"])["hydrate"]["detail"]["source"] == "connection_cache"
+        assert traces(server, response["id"])["hydration"]["detail"]["source"] == "connection_cache"
 
 
 @pytest.mark.parametrize(
@@ -498,7 +498,7 @@ def test_codex_shaped_warm_up_and_chain(server: LabkitServer) -> None:
         real = w.done(input=[user], previous_response_id=warm["id"], **common)
     assert [item["type"] for item in real["output"]] == ["function_call"]
     assert real["usage"]["input_tokens_details"]["cached_tokens"] > 0
-    assert traces(server, real["id"])["hydrate"]["detail"]["source"] == "connection_cache"
+    assert traces(server, real["id"])["hydration"]["detail"]["source"] == "connection_cache"
 
 
 # ---------------------------------------------------------------- 9. connection lifetime

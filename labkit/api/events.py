@@ -152,3 +152,17 @@ class ResponseEvents:
         events.append(self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)))
         self._item = None
         return events
+
+    # ------------------------------------------------------------ labkit extension: appended rollouts
+
+    def pause(self, pending: list[dict[str, Any]]) -> Event:
+        """``response.done``: sampling paused on function calls the client must run and append.
+
+        The response stays open; the client answers with ``response.append``.
+        """
+        return self._event(
+            "response.done",
+            response_id=self.response["id"],
+            status="requires_action",
+            pending_calls=copy.deepcopy([item for item in pending if item["type"] == "function_call"]),
+        )

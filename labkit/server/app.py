@@ -16,10 +16,15 @@ from starlette.routing import Route, WebSocketRoute
 
 from labkit.api.errors import APIError, server_error
 from labkit.engine.catalogue import load_catalogue
+from labkit.engine.tokenizer import encoding
 from labkit.server import http
 from labkit.server.auth import Keys
+from labkit.server.billing import Ledger
+from labkit.server.database import Database
+from labkit.server.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
+from labkit.server.pipeline import Pipeline
+from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server.store import ResponseStore
-from labkit.server.turns import Service
 from labkit.server.websocket import DEFAULT_LIFETIME_S, websocket_endpoint
 
 DB_ENV = "LABKIT_DB"
@@ -43,6 +48,8 @@ class ServerConfig:
     api_keys: list[str] = field(default_factory=list)
     ws_lifetime_s: float = DEFAULT_LIFETIME_S
     data_dir: Path = field(default_factory=default_data_dir)
+    profile: str = DEFAULT_PROFILE
+    design: str | None = None  # the default design for both transports; None: sprint / websocket
 
 
 ROUTES = [
@@ -73,18 +80,24 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        store = ResponseStore(config.db)
-        app.state.service = Service(
+        database = Database(config.db)
+        encoding()  # load the tokenizer now, not on the first request
+        app.state.pipeline = Pipeline(
             load_catalogue(config.models),
-            store,
+            load_profile(config.profile, config.data_dir),
+            ResponseStore(database),
+            Ledger(database),
+            keys=Keys(config.api_keys),
             scenarios_dir=config.data_dir / "scenarios",
         )
-        app.state.keys = Keys(config.api_keys)
+        app.state.http_design = select_design(config.design, DEFAULT_HTTP)
+        app.state.ws_design = select_design(config.design, DEFAULT_WEBSOCKET)
         app.state.ws_lifetime_s = config.ws_lifetime_s
         try:
             yield
         finally:
-            store.close()
+            await app.state.pipeline.billing.drain()
+            database.close()
 
     return Starlette(
         routes=ROUTES,

@@ -12,17 +12,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from labkit.api.errors import APIError, invalid_request, response_not_found
 from labkit.api.events import Event
-from labkit.api.requests import parse_create
 from labkit.api.sse import frame
-from labkit.server.turns import Service, Turn, failure
+from labkit.server.designs import DESIGN_HEADER, select_design
+from labkit.server.pipeline import Pipeline, Turn, failure
+from labkit.server.traces import Trace
 
 
-def service_of(request: Request) -> Service:
-    return request.app.state.service
+def pipeline_of(request: Request) -> Pipeline:
+    return request.app.state.pipeline
 
 
 def owner_of(request: Request) -> str:
-    return request.app.state.keys.owner(request.headers.get("authorization"))
+    return pipeline_of(request).keys.owner(request.headers.get("authorization"))
 
 
 def error_response(err: APIError) -> JSONResponse:
@@ -37,23 +38,28 @@ async def read_json(request: Request) -> Any:
 
 
 async def create_response(request: Request) -> Response:
-    service = service_of(request)
+    """``POST /v1/responses``: the pipeline up to inference, then JSON or an SSE stream."""
+    pipeline = pipeline_of(request)
+    trace = Trace()
     try:
-        owner = owner_of(request)
-        req = parse_create(await read_json(request))
-        if req.background:
-            raise invalid_request("labkit does not run background responses.", param="background")
-        turn = service.prepare(req, owner)
+        design = select_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
+        client = (request.client.host, request.client.port) if request.client else None
+        await pipeline.connect(trace, client)
+        await pipeline.uplink(trace)
+        owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
+        turn = Turn(design=design, owner=owner, trace=trace)
+        await pipeline.before_inference(turn, await read_json(request))
     except APIError as err:
         return error_response(err)
-    if req.stream:
+    assert turn.req is not None
+    if turn.req.stream:
         return StreamingResponse(
-            sse_stream(service, turn),
+            sse_stream(pipeline, turn),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
     try:
-        await service.execute(turn, emit=_discard)
+        await pipeline.respond(turn, emit=_discard)
     except Exception as exc:
         return error_response(failure(exc))
     return JSONResponse(turn.response)
@@ -63,7 +69,7 @@ async def _discard(event: Event) -> None:
     return None
 
 
-async def sse_stream(service: Service, turn: Turn) -> AsyncIterator[bytes]:
+async def sse_stream(pipeline: Pipeline, turn: Turn) -> AsyncIterator[bytes]:
     """Run the turn in a task and frame its events as they come; a disconnect cancels it."""
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
     last_sequence = -1
@@ -73,7 +79,7 @@ async def sse_stream(service: Service, turn: Turn) -> AsyncIterator[bytes]:
 
     async def run() -> None:
         try:
-            await service.execute(turn, emit)
+            await pipeline.respond(turn, emit)
         except Exception as exc:
             await queue.put(failure(exc).sse_event(last_sequence + 1))
         finally:
@@ -91,7 +97,7 @@ async def sse_stream(service: Service, turn: Turn) -> AsyncIterator[bytes]:
 
 async def retrieve_response(request: Request) -> Response:
     try:
-        found = service_of(request).store.get(owner_of(request), request.path_params["response_id"])
+        found = pipeline_of(request).store.get(owner_of(request), request.path_params["response_id"])
         if found is None:
             raise response_not_found(request.path_params["response_id"])
     except APIError as err:
@@ -102,7 +108,7 @@ async def retrieve_response(request: Request) -> Response:
 async def delete_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     try:
-        if not service_of(request).store.delete(owner_of(request), response_id):
+        if not pipeline_of(request).store.delete(owner_of(request), response_id):
             raise response_not_found(response_id)
     except APIError as err:
         return error_response(err)
@@ -124,14 +130,14 @@ async def list_input_items(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     params = request.query_params
     try:
-        service, owner = service_of(request), owner_of(request)
-        if service.store.get(owner, response_id) is None:
+        pipeline, owner = pipeline_of(request), owner_of(request)
+        if pipeline.store.get(owner, response_id) is None:
             raise response_not_found(response_id)
         limit = _limit(params.get("limit"))
         order = params.get("order", "desc")
         if order not in ("asc", "desc"):
             raise invalid_request("Invalid 'order': expected 'asc' or 'desc'.", param="order")
-        items = service.store.items(response_id, "input")
+        items = pipeline.store.items(response_id, "input")
         if order == "desc":
             items.reverse()
         after = params.get("after")
@@ -160,7 +166,7 @@ async def get_traces(request: Request) -> Response:
     try:
         if not response_id:
             raise invalid_request("Missing required parameter: 'response_id'.", param="response_id")
-        trace = service_of(request).traces.get(owner_of(request), response_id)
+        trace = pipeline_of(request).traces.get(owner_of(request), response_id)
         if trace is None:
             raise response_not_found(response_id)
     except APIError as err:
@@ -170,7 +176,7 @@ async def get_traces(request: Request) -> Response:
 
 
 async def list_models(request: Request) -> Response:
-    catalogue = service_of(request).catalogue
+    catalogue = pipeline_of(request).catalogue
     data = [{"id": name, "object": "model", "created": 0, "owned_by": "labkit"} for name in catalogue.names()]
     return JSONResponse({"object": "list", "data": data})
 

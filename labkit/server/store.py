@@ -9,10 +9,9 @@ follow-up pays for on every turn.
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-from pathlib import Path
 from typing import Any
+
+from labkit.server.database import Database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -38,20 +37,10 @@ MAX_CHAIN = 10_000
 
 
 class ResponseStore:
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._lock = threading.Lock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(SCHEMA)
-
-    def close(self) -> None:
+    def __init__(self, database: Database) -> None:
+        self._db, self._lock = database.conn, database.lock
         with self._lock:
-            self._db.close()
+            self._db.executescript(SCHEMA)
 
     def save(
         self,

@@ -6,6 +6,10 @@ A follow-up that names it in ``previous_response_id`` sends only its new
 items: the history, its rendered tokens and the model routing come from
 memory, so the service works on the new input alone.
 
+With the ``appended`` design (labkit extension), one ``response.create``
+starts a whole rollout as one response: it pauses with ``response.done`` at
+each function call and resumes on the client's ``response.append``.
+
 Lanes: a ``stream_id`` names a lane; responses on one lane run in order,
 lanes run concurrently. Without ``stream_id`` every create goes to the
 default lane, which makes the connection strictly sequential: a create that
@@ -25,9 +29,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from labkit.api.errors import APIError, invalid_request
 from labkit.api.events import Event
-from labkit.api.requests import parse_create
+from labkit.api.requests import parse_item
 from labkit.api.sse import encode_event
-from labkit.server.turns import Conversation, Service, failure
+from labkit.engine.inference import Replica
+from labkit.server.designs import DESIGN_HEADER, Design, select_design
+from labkit.server.pipeline import Conversation, Pipeline, Turn, failure
+from labkit.server.traces import Span, Trace
 
 STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 MAX_LANES = 32
@@ -39,16 +46,29 @@ DEFAULT_LIFETIME_S = 60 * 60
 class Lane:
     stream_id: str | None
     queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+    appends: asyncio.Queue[list[Any]] = field(default_factory=asyncio.Queue)
+    in_rollout: bool = False  # an appended rollout is running and takes response.append
     cache: Conversation | None = None
     worker: asyncio.Task[None] | None = None
 
 
 class WebSocketSession:
-    def __init__(self, ws: WebSocket, service: Service, owner: str, lifetime_s: float) -> None:
+    def __init__(
+        self,
+        ws: WebSocket,
+        pipeline: Pipeline,
+        owner: str,
+        design: Design,
+        lifetime_s: float,
+        setup: list[Span] | None = None,
+    ) -> None:
         self.ws = ws
-        self.service = service
+        self.pipeline = pipeline
         self.owner = owner
+        self.design = design
         self.lifetime_s = lifetime_s
+        self.setup = list(setup or [])  # connection set-up spans, reported with the first response
+        self.replica: Replica | None = None  # the connection is pinned to one replica
         self.lanes: dict[str | None, Lane] = {}
         self._send_lock = asyncio.Lock()
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -102,17 +122,29 @@ class WebSocketSession:
             await self.send(err.ws_event())
             return
         kind = payload["type"]
-        if kind != "response.create":
-            err = invalid_request(f"Unsupported event type '{kind}'.", param="type", code="unknown_event")
-            await self.send(err.ws_event())
-            return
         try:
-            lane = self.lane(payload.get("stream_id"))
+            if kind == "response.create":
+                lane = self.lane(payload.get("stream_id"))
+                body = {k: v for k, v in payload.items() if k not in ("type", "stream_id", "stream")}
+                await lane.queue.put(body)
+            elif kind == "response.append" and self.design.appended:
+                await self.append(payload)
+            else:
+                raise invalid_request(f"Unsupported event type '{kind}'.", param="type", code="unknown_event")
         except APIError as err:
             await self.send(err.ws_event())
-            return
-        body = {k: v for k, v in payload.items() if k not in ("type", "stream_id", "stream")}
-        await lane.queue.put(body)
+
+    async def append(self, payload: dict[str, Any]) -> None:
+        """labkit extension: tool results for the appended rollout paused on this lane."""
+        lane = self.lanes.get(payload.get("stream_id"))
+        if lane is None or not lane.in_rollout:
+            raise invalid_request("No response on this connection is waiting for response.append.")
+        items = payload.get("input")
+        if not isinstance(items, list):
+            raise invalid_request("'input' of response.append must be a list of items.", param="input")
+        for i, item in enumerate(items):
+            parse_item(item, f"input[{i}]")  # refuse bad items now; the rollout keeps waiting
+        await lane.appends.put(items)
 
     def lane(self, stream_id: Any) -> Lane:
         if stream_id is not None and not (isinstance(stream_id, str) and STREAM_ID.fullmatch(stream_id)):
@@ -147,27 +179,47 @@ class WebSocketSession:
         async def emit(event: Event) -> None:
             await self.send(event, lane.stream_id)
 
+        turn = Turn(design=self.design, owner=self.owner, cached=lane.cache, pinned=self.replica)
+        turn.trace.spans.extend(self.setup)
+        self.setup = []
         try:
-            req = parse_create(body)
-            if req.background:
+            if body.get("background"):
                 raise invalid_request("background is not supported in WebSocket mode.", param="background")
-            hit = lane.cache if lane.cache and lane.cache.response["id"] == previous else None
-            turn = self.service.prepare(req, self.owner, hit)
-            lane.cache = await self.service.execute(turn, emit)
+            await self.pipeline.uplink(turn.trace)
+            await self.pipeline.before_inference(turn, body)
+            if self.design.appended:
+                lane.in_rollout = True
+                lane.cache = await self.pipeline.respond_appended(turn, emit, lane.appends.get)
+            else:
+                lane.cache = await self.pipeline.respond(turn, emit)
+            self.replica = lane.cache.replica
         except (WebSocketDisconnect, asyncio.CancelledError):
             raise
         except Exception as exc:
             if lane.cache is not None and lane.cache.response["id"] == previous:
                 lane.cache = None  # a failed turn evicts what it referenced
             await self.send(failure(exc).ws_event(), lane.stream_id)
+        finally:
+            lane.in_rollout = False
+            while not lane.appends.empty():
+                lane.appends.get_nowait()
 
 
 async def websocket_endpoint(ws: WebSocket) -> None:
+    """The upgrade: a new connection (handshakes), one auth check, then the session."""
     state = ws.app.state
+    pipeline: Pipeline = state.pipeline
+    trace = Trace()
+    await pipeline.connect(trace, None, new=True)
+    with trace.stage("upgrade"):  # the upgrade request and its 101 answer: one round trip
+        await asyncio.sleep(pipeline.profile.network.rtt_ms / 1000)
     try:
-        owner = state.keys.owner(ws.headers.get("authorization"))
+        owner = await pipeline.authenticate(trace, ws.headers.get("authorization"))
+        design = select_design(
+            ws.headers.get(DESIGN_HEADER) or ws.query_params.get("design"), state.ws_design
+        )
     except APIError:
         await ws.close(code=1008)  # refused before the upgrade completes: HTTP 403
         return
     await ws.accept()
-    await WebSocketSession(ws, state.service, owner, state.ws_lifetime_s).run()
+    await WebSocketSession(ws, pipeline, owner, design, state.ws_lifetime_s, trace.spans).run()

@@ -1,0 +1,102 @@
+"""Billing: one ledger row per response, written blocking or overlapped with the next request.
+
+The ledger is a SQLite table whose primary key is the response id, so a
+response can never be billed twice. ``Billing.charge`` either waits for the
+billing service (the modeled hop) and the write, or queues them for a
+background worker that runs while the next request is served. The worker is
+drained when the server shuts down, so no charge is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import astuple, dataclass
+
+from labkit.server.database import Database
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS billing (
+    response_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    billed_at REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class Charge:
+    response_id: str
+    owner: str
+    model: str
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    status: str
+    billed_at: float = 0.0
+
+
+class Ledger:
+    def __init__(self, database: Database) -> None:
+        self._db, self._lock = database.conn, database.lock
+        with self._lock:
+            self._db.executescript(SCHEMA)
+
+    def record(self, charge: Charge) -> bool:
+        """Write the charge; False if this response was billed already."""
+        row = (*astuple(charge)[:-1], time.time())
+        with self._lock:
+            cur = self._db.execute("INSERT OR IGNORE INTO billing VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+        return cur.rowcount == 1
+
+    def count(self, response_id: str | None = None) -> int:
+        with self._lock:
+            if response_id is None:
+                return self._db.execute("SELECT COUNT(*) FROM billing").fetchone()[0]
+            query = "SELECT COUNT(*) FROM billing WHERE response_id = ?"
+            return self._db.execute(query, (response_id,)).fetchone()[0]
+
+
+class Billing:
+    """Charges responses through the modeled billing service into the ledger."""
+
+    def __init__(self, ledger: Ledger, hop_s: float) -> None:
+        self.ledger = ledger
+        self.hop_s = hop_s
+        self._queue: asyncio.Queue[Charge] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+
+    async def charge(self, charge: Charge) -> None:
+        """Blocking: the caller waits for the billing service and the write."""
+        if self.hop_s:
+            await asyncio.sleep(self.hop_s)
+        self.ledger.record(charge)
+
+    def charge_later(self, charge: Charge) -> None:
+        """Overlapped: queue the charge for the background worker and return at once."""
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._work())
+        self._queue.put_nowait(charge)
+
+    async def _work(self) -> None:
+        while True:
+            charge = await self._queue.get()
+            try:
+                await self.charge(charge)
+            finally:
+                self._queue.task_done()
+
+    async def drain(self) -> None:
+        """Wait until every queued charge is written (at shutdown), then stop the worker."""
+        if self._worker is not None:
+            await self._queue.join()
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None

@@ -1,0 +1,556 @@
+"""The API service's pipeline: one response, stage by stage, each stage recording a span.
+
+Before inference (may refuse the request with an ``APIError``, before any event):
+
+    connect       open a connection (TCP + TLS round trips), where one is really opened
+    uplink        the request crossing the network
+    auth          the key check, and the auth service hop
+    validation    pydantic over the whole body the client sent
+    hydration     the conversation so far: from the connection cache or the SQLite store
+    input_safety  the classifier over the input it has not seen before
+    render        chat template + tokenization, skipped for what a cache already holds
+    routing       model configuration and the choice of a replica
+    intermediary  the hop through an intermediary service, where the design keeps it
+
+Inference and after:
+
+    downlink      the answer's first byte crossing the network
+    queue         waiting for a slot on the replica
+    prefill       the prompt tokens the replica's prefix cache lacks
+    decode        sampling, paced at the model's speed
+    output_safety the classifier over the new output
+    storage       the response and its items into SQLite (store=true)
+    billing       one ledger row, blocking or overlapped with the next request
+
+A ``Design`` decides what each stage does; the stages are the same for all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.api.errors import (
+    APIError,
+    invalid_request,
+    model_not_found,
+    previous_response_not_found,
+    server_error,
+)
+from labkit.api.events import Event, ResponseEvents
+from labkit.api.ids import new_id, new_item_id
+from labkit.api.requests import CreateRequest, parse_create, parse_item, stored_form
+from labkit.api.responses import new_response, usage
+from labkit.engine.catalogue import Catalogue, ModelSpec, UnknownModel
+from labkit.engine.inference import Prefill, Replica
+from labkit.engine.policies import Action, Call, GenericPolicy, Policy, ScriptedPolicy, TurnContext
+from labkit.engine.render import TokenBuffer, content_text, header_key, item_block
+from labkit.engine.tokenizer import decode, encode_text
+from labkit.server.auth import Keys
+from labkit.server.billing import Billing, Charge, Ledger
+from labkit.server.designs import Design
+from labkit.server.network import ConnectionTracker
+from labkit.server.profiles import Profile
+from labkit.server.render_cache import RenderCache, prefix_keys
+from labkit.server.routing import Router
+from labkit.server.safety import scan
+from labkit.server.store import ResponseStore
+from labkit.server.traces import Trace, TraceStore
+
+Emit = Callable[[Event], Awaitable[None]]
+SCENARIO_KEY = "labkit_scenario"
+
+
+@dataclass
+class Conversation:
+    """The state of the most recent response: what a connection cache keeps."""
+
+    response: dict[str, Any]
+    items: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    buffer: TokenBuffer
+    model: ModelSpec
+    replica: Replica
+
+
+@dataclass
+class Turn:
+    """One response on its way through the pipeline."""
+
+    design: Design
+    owner: str
+    trace: Trace = field(default_factory=Trace)
+    cached: Conversation | None = None  # the connection cache's latest conversation, if any
+    pinned: Replica | None = None  # a connection's replica
+    req: CreateRequest | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    new_items: list[dict[str, Any]] = field(default_factory=list)
+    appended: list[dict[str, Any]] = field(default_factory=list)  # appended rollouts: earlier segments
+    settled: int = 0  # outputs already moved into ``appended``
+    source: str = "none"
+    buffer: TokenBuffer | None = None
+    model: ModelSpec | None = None
+    replica: Replica | None = None
+    policy: Policy | None = None
+    response: dict[str, Any] = field(default_factory=dict)
+    output_ids: list[list[int]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    produced: int = 0
+    billed: bool = False
+    _departed: bool = False
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        """The input of this turn: history, new items and (appended rollouts) earlier segments."""
+        return self.history + self.new_items + self.appended
+
+    def unsettled(self) -> tuple[list[dict[str, Any]], list[list[int]]]:
+        """Outputs (and their sampled ids) not yet part of ``items``."""
+        return self.response["output"][self.settled :], self.output_ids[self.settled :]
+
+    def conversation(self) -> list[dict[str, Any]]:
+        return self.items + self.unsettled()[0]
+
+    @property
+    def cache_hit(self) -> bool:
+        return self.source == "connection_cache"
+
+
+def item_texts(items: Sequence[dict[str, Any]]) -> list[str]:
+    """What a classifier reads of each item: its rendered header and body."""
+    return [" ".join(item_block(item)) for item in items]
+
+
+class Pipeline:
+    """The stages, and the resources they use (stores, router, caches, billing)."""
+
+    def __init__(
+        self,
+        catalogue: Catalogue,
+        profile: Profile,
+        store: ResponseStore,
+        ledger: Ledger,
+        *,
+        keys: Keys | None = None,
+        scenarios_dir: Path | None = None,
+        traces: TraceStore | None = None,
+        policy: Policy | None = None,
+    ) -> None:
+        self.profile = profile
+        self.store = store
+        self.keys = keys or Keys()
+        self.router = Router(
+            catalogue,
+            profile.engine.replicas,
+            block_size=profile.engine.block_size,
+            cache_capacity_tokens=profile.engine.cache_capacity_tokens,
+        )
+        self.slots = {r.name: asyncio.Semaphore(profile.engine.max_concurrent) for r in self.router.replicas}
+        self.render_cache = RenderCache()
+        self.billing = Billing(ledger, profile.billing.hop_ms / 1000)
+        self.connections = ConnectionTracker()
+        self.scenarios_dir = scenarios_dir
+        self.traces = traces or TraceStore()
+        self.default_policy = policy or GenericPolicy()
+
+    @property
+    def catalogue(self) -> Catalogue:
+        return self.router.catalogue
+
+    # ------------------------------------------------------------ the network and the door
+
+    async def connect(self, trace: Trace, client: tuple[str, int] | None, *, new: bool | None = None) -> None:
+        """Pay the handshakes if this request opened a connection (read off the real socket)."""
+        opened = self.connections.is_new(client) if new is None else new
+        with trace.stage("connect", new_connection=opened):
+            if opened:
+                await _sleep(self.profile.network.handshake_s())
+
+    async def uplink(self, trace: Trace) -> None:
+        with trace.stage("uplink"):
+            await _sleep(self.profile.network.one_way_s())
+
+    async def authenticate(self, trace: Trace, authorization: str | None) -> str:
+        """The real key check, plus the auth service hop; returns the owner id."""
+        with trace.stage("auth"):
+            owner = self.keys.owner(authorization)
+            await _sleep(self.profile.auth.hop_ms / 1000)
+        return owner
+
+    async def downlink(self, trace: Trace) -> None:
+        """The first byte of an answer crossing the network."""
+        with trace.stage("downlink"):
+            await _sleep(self.profile.network.one_way_s())
+
+    def sender(self, turn: Turn, emit: Emit) -> Emit:
+        """``emit`` for this turn, paying the downlink before the first event of each segment."""
+
+        async def send(event: Event) -> None:
+            if not turn._departed:
+                turn._departed = True
+                await self.downlink(turn.trace)
+            await emit(event)
+
+        return send
+
+    # ------------------------------------------------------------ before inference
+
+    async def before_inference(self, turn: Turn, body: Any) -> None:
+        """Validation through intermediary; raises ``APIError`` before any event is sent."""
+        self.validate(turn, body)
+        self.hydrate(turn)
+        await self.input_safety(turn, turn.new_items if turn.cache_hit else turn.items)
+        self.render(turn)
+        await self.route(turn)
+        await self.intermediary(turn)
+        assert turn.req is not None and turn.model is not None
+        turn.policy = self.policy_for(turn.req)
+        turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
+
+    def validate(self, turn: Turn, body: Any) -> None:
+        with turn.trace.stage("validation") as span:
+            turn.req = parse_create(body)
+            span.items = len(turn.req.items)
+            if turn.req.background:
+                raise invalid_request("labkit does not run background responses.", param="background")
+
+    def hydrate(self, turn: Turn) -> None:
+        req = turn.req
+        assert req is not None
+        with turn.trace.stage("hydration") as span:
+            prev = req.previous_response_id
+            cached = turn.cached if turn.design.connection_cache else None
+            if prev is None:
+                turn.history, turn.source = [], "none"
+            elif cached is not None and cached.response["id"] == prev:
+                turn.history, turn.source = cached.items, "connection_cache"
+            else:
+                items = self.store.conversation(turn.owner, prev)
+                if items is None:
+                    raise previous_response_not_found(prev)
+                turn.history, turn.source = items, "store"
+            turn.new_items = self._resolve_references(req.items, turn.owner)
+            span.items, span.detail["source"] = len(turn.history), turn.source
+
+    def _resolve_references(self, items: list[dict[str, Any]], owner: str) -> list[dict[str, Any]]:
+        resolved = []
+        for i, item in enumerate(items):
+            if item.get("type") == "item_reference":
+                found = self.store.find_item(owner, item["id"])
+                if found is None:
+                    raise invalid_request(
+                        f"Item with id '{item['id']}' not found.",
+                        param=f"input[{i}].id",
+                        code="item_not_found",
+                    )
+                item = found
+            else:
+                item = stored_form({"id": new_item_id(item["type"]), **item} if "id" not in item else item)
+            resolved.append(item)
+        return resolved
+
+    async def input_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
+        """Scan the items for real, then spend the modeled classifier time for what was scanned."""
+        with turn.trace.stage("input_safety") as span:
+            result = scan(item_texts(items))
+            span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
+            await _sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+
+    def render(self, turn: Turn) -> None:
+        """Tokenize only what no cache holds: the connection's buffer, or the sprint's render cache."""
+        req = turn.req
+        assert req is not None
+        with turn.trace.stage("render") as span:
+            key = header_key(req.instructions, req.tools)
+            if turn.cache_hit and turn.cached is not None and turn.cached.buffer.key == key:
+                buffer, todo, span.detail["cache"] = turn.cached.buffer.fork(), turn.new_items, "connection"
+            elif turn.design.render_cache:
+                keys = prefix_keys(key, turn.items)
+                found, used = self.render_cache.longest_prefix(keys)
+                buffer = found or TokenBuffer.start(req.instructions, req.tools)
+                todo, span.detail["cache"] = turn.items[used:], "render_cache" if found else "miss"
+            else:
+                buffer, todo, span.detail["cache"] = (
+                    TokenBuffer.start(req.instructions, req.tools),
+                    turn.items,
+                    "none",
+                )
+            buffer.append(todo)
+            turn.buffer = buffer
+            span.items, span.tokens = len(todo), buffer.encoded
+            span.detail["prompt_tokens"] = len(buffer.ids)
+
+    async def route(self, turn: Turn) -> None:
+        req = turn.req
+        assert req is not None
+        with turn.trace.stage("routing") as span:
+            cached = turn.cached if turn.cache_hit else None
+            if cached is not None and cached.model.name == req.model:
+                turn.model, turn.replica, span.detail["reused"] = cached.model, cached.replica, True
+                return
+            model = self.router.cached_config(req.model) if turn.design.model_config_cache else None
+            span.detail["config_cache"] = model is not None
+            if model is None:
+                await _sleep(self.profile.routing.model_config_hop_ms / 1000)
+                try:
+                    model = self.router.fetch_config(req.model)
+                except UnknownModel as exc:
+                    raise model_not_found(str(exc)) from None
+            turn.model = model
+            turn.replica = turn.pinned or self.router.pick(req.prompt_cache_key)
+            span.detail["replica"] = turn.replica.name
+
+    async def intermediary(self, turn: Turn) -> None:
+        if turn.design.intermediary_hop:
+            with turn.trace.stage("intermediary"):
+                await _sleep(self.profile.intermediary.hop_ms / 1000)
+
+    def policy_for(self, req: CreateRequest) -> Policy:
+        name = (req.metadata or {}).get(SCENARIO_KEY)
+        if not name:
+            return self.default_policy
+        path = (self.scenarios_dir or Path()) / f"{name}.json"
+        if self.scenarios_dir is None or not path.is_file():
+            raise invalid_request(
+                f"Scenario '{name}' not found.", param=f"metadata.{SCENARIO_KEY}", code="invalid_value"
+            )
+        return ScriptedPolicy.from_steps(json.loads(path.read_text())["steps"])
+
+    # ------------------------------------------------------------ inference
+
+    async def infer(self, turn: Turn, events: ResponseEvents, emit: Emit) -> tuple[bool, bool]:
+        """Queue, prefill, decode one sampling segment; returns (truncated, paused on a call)."""
+        req, model, replica, buffer = turn.req, turn.model, turn.replica, turn.buffer
+        assert req is not None and model is not None and replica is not None and buffer is not None
+        with turn.trace.stage("queue"):
+            await self.slots[replica.name].acquire()
+        try:
+            with turn.trace.stage("prefill") as span:
+                prefill: Prefill = await replica.prefill(model, buffer.prompt())
+                span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
+            turn.prompt_tokens += prefill.prompt_tokens
+            turn.cached_tokens += prefill.cached_tokens
+            if not req.generate:
+                return False, False
+            assert turn.policy is not None
+            actions = turn.policy.act(
+                TurnContext(
+                    items=turn.conversation(),
+                    tools=req.tools,
+                    tool_choice=req.tool_choice_wire,
+                    max_output_tokens=req.max_output_tokens,
+                    metadata=req.metadata or {},
+                )
+            )
+            with turn.trace.stage("decode") as span:
+                before = turn.produced
+                truncated = await self._decode(turn, events, actions, emit)
+                span.tokens, span.items = turn.produced - before, len(actions)
+            return truncated, bool(actions) and isinstance(actions[-1], Call)
+        finally:
+            self.slots[replica.name].release()
+
+    async def _decode(
+        self, turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit
+    ) -> bool:
+        """Sample every action's tokens on one decode clock; True if max_output_tokens cut it."""
+        assert turn.req is not None and turn.replica is not None and turn.model is not None
+        budget = turn.req.max_output_tokens
+        clock = turn.replica.decode(turn.model)
+        for action in actions:
+            if isinstance(action, Call):
+                opening = events.begin_call(new_item_id("function_call"), new_id("call"), action.name)
+                body = action.arguments
+            else:
+                opening = events.begin_message(new_item_id("message"))
+                body = action.text
+            for event in opening:
+                await emit(event)
+            ids = encode_text(body)
+            room = len(ids) if budget is None else max(0, budget - turn.produced)
+            sampled = ids[:room]
+            async for chunk in clock.pace(sampled):
+                await emit(events.delta(decode(list(chunk))))
+            turn.produced += len(sampled)
+            turn.output_ids.append(sampled)
+            truncated = len(sampled) < len(ids)
+            for event in events.end_item("incomplete" if truncated else "completed"):
+                await emit(event)
+            if truncated:
+                return True
+        return False
+
+    # ------------------------------------------------------------ after inference
+
+    async def output_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
+        with turn.trace.stage("output_safety") as span:
+            texts = [
+                content_text(i.get("content")) if i["type"] == "message" else i["arguments"] for i in items
+            ]
+            result = scan(texts)
+            span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
+            await _sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+
+    def settle(self, turn: Turn) -> int:
+        """Append the outputs sampled since the last settle to the rendered buffer (headers only)."""
+        assert turn.buffer is not None
+        outputs, ids = turn.unsettled()
+        added = sum(
+            turn.buffer.append_sampled(item, sampled) for item, sampled in zip(outputs, ids, strict=True)
+        )
+        turn.appended += outputs
+        turn.settled = len(turn.response["output"])
+        return added
+
+    def retain(self, turn: Turn) -> None:
+        """Settle the outputs and keep the whole conversation's KV (and rendering) for next time."""
+        assert turn.buffer is not None and turn.replica is not None
+        with turn.trace.stage("retain") as span:
+            span.tokens = self.settle(turn)
+            turn.replica.retain(turn.buffer.ids)
+            if turn.design.render_cache:
+                keys = prefix_keys(turn.buffer.key, turn.items)
+                if keys:
+                    self.render_cache.put(keys[-1], turn.buffer)
+
+    def storage(self, turn: Turn) -> None:
+        req = turn.req
+        assert req is not None
+        if not req.store:
+            return
+        with turn.trace.stage("storage") as span:
+            output = turn.response["output"]
+            # An appended rollout's tool results are inputs too (stored after the first input).
+            inputs = turn.new_items + [i for i in turn.appended if i not in output]
+            parent = req.previous_response_id
+            if parent and turn.cache_hit and not self.store.has(turn.owner, parent):
+                # The history came from an unstored response: store it whole, so it is not lost.
+                inputs, parent = turn.history + inputs, None
+            self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
+            span.items = len(inputs) + len(output)
+
+    def charge(self, turn: Turn, status: str) -> Charge:
+        turn.billed = True
+        return Charge(
+            turn.response["id"],
+            turn.owner,
+            turn.response["model"],
+            turn.prompt_tokens,
+            turn.cached_tokens,
+            turn.produced,
+            status,
+        )
+
+    async def bill(self, turn: Turn, status: str) -> None:
+        """Blocking billing waits for the service; overlapped billing only queues the charge."""
+        with turn.trace.stage("billing", overlapped=turn.design.async_billing):
+            charge = self.charge(turn, status)
+            if turn.design.async_billing:
+                self.billing.charge_later(charge)
+            else:
+                await self.billing.charge(charge)
+
+    # ------------------------------------------------------------ whole responses
+
+    async def respond(self, turn: Turn, emit: Emit) -> Conversation:
+        """Inference and post-inference for a prepared turn, streaming events through ``emit``."""
+        events, send = ResponseEvents(turn.response), self.sender(turn, emit)
+
+        try:
+            for event in events.start():
+                await send(event)
+            truncated, _ = await self.infer(turn, events, send)
+            return await self.finish(turn, events, send, truncated)
+        finally:
+            if not turn.billed and turn.prompt_tokens:
+                self.billing.charge_later(self.charge(turn, "cancelled"))
+
+    async def finish(self, turn: Turn, events: ResponseEvents, send: Emit, truncated: bool) -> Conversation:
+        """Post-inference work, the terminal event, and the conversation a follow-up can reuse."""
+        output = turn.response["output"]
+        status = "incomplete" if truncated else "completed"
+        await self.output_safety(turn, output)
+        self.retain(turn)
+        reason = "max_output_tokens" if truncated else None
+        terminal = events.finish(status, usage(turn.prompt_tokens, turn.cached_tokens, turn.produced), reason)
+        self.storage(turn)
+        if not turn.design.async_billing:
+            await self.bill(turn, status)
+        await send(terminal)
+        if turn.design.async_billing:
+            await self.bill(turn, status)
+        self.traces.put(turn.owner, turn.response["id"], turn.trace)
+        assert turn.buffer is not None and turn.model is not None and turn.replica is not None
+        return Conversation(
+            response=turn.response,
+            items=turn.items,
+            tools=turn.req.tools if turn.req else [],
+            buffer=turn.buffer,
+            model=turn.model,
+            replica=turn.replica,
+        )
+
+    async def respond_appended(
+        self, turn: Turn, emit: Emit, next_append: Callable[[], Awaitable[list[Any]]]
+    ) -> Conversation:
+        """The prototype: one response for a whole rollout, paused at each tool call.
+
+        After a segment ends in a function call the server sends ``response.done``
+        with the pending calls and waits for the client's ``response.append``;
+        the appended items are rendered onto the same buffer and sampling
+        resumes in the same response. Post-inference work runs once, at the end.
+        """
+        events, send = ResponseEvents(turn.response), self.sender(turn, emit)
+
+        try:
+            for event in events.start():
+                await send(event)
+            segment = 0
+            while True:
+                truncated, paused = await self.infer(turn, events, send)
+                if truncated or not paused:
+                    return await self.finish(turn, events, send, truncated)
+                await send(events.pause(turn.unsettled()[0]))
+                raw = await next_append()
+                segment += 1
+                turn._departed = False
+                await self.uplink(turn.trace)
+                self.append_segment(turn, raw, segment)
+        finally:
+            if not turn.billed and turn.prompt_tokens:
+                self.billing.charge_later(self.charge(turn, "cancelled"))
+
+    def append_segment(self, turn: Turn, raw: Any, segment: int) -> None:
+        """Validate and render only the appended items (after the outputs they answer)."""
+        assert turn.buffer is not None
+        with turn.trace.stage("validation", segment=segment) as span:
+            if not isinstance(raw, list):
+                raise invalid_request("'input' of response.append must be a list of items.", param="input")
+            appended = [stored_form({"id": new_item_id(i["type"]), **i}) for i in _parse_items(raw)]
+            span.items = len(appended)
+        with turn.trace.stage("render", segment=segment) as span:
+            before = turn.buffer.encoded
+            self.settle(turn)
+            turn.buffer.append(appended)
+            turn.appended += appended
+            span.items, span.tokens = len(appended), turn.buffer.encoded - before
+            span.detail["prompt_tokens"] = len(turn.buffer.ids)
+
+
+def _parse_items(raw: list[Any]) -> list[dict[str, Any]]:
+    return [parse_item(item, f"input[{i}]") for i, item in enumerate(raw)]
+
+
+async def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        await asyncio.sleep(seconds)
+
+
+def failure(exc: BaseException) -> APIError:
+    """The error a client sees for an exception escaping a turn."""
+    return exc if isinstance(exc, APIError) else server_error()

@@ -43,8 +43,11 @@ def serve(args: argparse.Namespace) -> None:
         )
     # Bind first, so the port (even 0, "any free port") is known before announcing readiness.
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP matters: asyncio only turns Nagle's algorithm off (TCP_NODELAY) for
+    # sockets that say they are TCP, and Nagle plus delayed ACKs holds small frames for 40 ms.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((args.host, args.port))
     port = sock.getsockname()[1]
     server = uvicorn.Server(

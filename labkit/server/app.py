@@ -88,7 +88,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             ResponseStore(database),
             Ledger(database),
             keys=Keys(config.api_keys),
-            scenarios_dir=config.data_dir / "scenarios",
+            data_dir=config.data_dir,
         )
         app.state.http_design = select_design(config.design, DEFAULT_HTTP)
         app.state.ws_design = select_design(config.design, DEFAULT_WEBSOCKET)

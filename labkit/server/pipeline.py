@@ -28,7 +28,6 @@ A ``Design`` decides what each stage does; the stages are the same for all.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from labkit.engine.inference import Prefill, Replica
 from labkit.engine.policies import Action, Call, GenericPolicy, Policy, ScriptedPolicy, TurnContext
 from labkit.engine.render import TokenBuffer, content_text, header_key, item_block
 from labkit.engine.tokenizer import decode, encode_text
+from labkit.scenarios import ScenarioNotFound, load_scenario
 from labkit.server.auth import Keys
 from labkit.server.billing import Billing, Charge, Ledger
 from labkit.server.designs import Design
@@ -137,7 +137,7 @@ class Pipeline:
         ledger: Ledger,
         *,
         keys: Keys | None = None,
-        scenarios_dir: Path | None = None,
+        data_dir: Path | None = None,
         traces: TraceStore | None = None,
         policy: Policy | None = None,
     ) -> None:
@@ -154,7 +154,8 @@ class Pipeline:
         self.render_cache = RenderCache()
         self.billing = Billing(ledger, profile.billing.hop_ms / 1000)
         self.connections = ConnectionTracker()
-        self.scenarios_dir = scenarios_dir
+        self.data_dir = data_dir
+        self._scripts: dict[str, Policy] = {}
         self.traces = traces or TraceStore()
         self.default_policy = policy or GenericPolicy()
 
@@ -311,15 +312,21 @@ class Pipeline:
                 await _sleep(self.profile.intermediary.hop_ms / 1000)
 
     def policy_for(self, req: CreateRequest) -> Policy:
+        """The generic policy, or the scripted one ``metadata.labkit_scenario`` names."""
         name = (req.metadata or {}).get(SCENARIO_KEY)
         if not name:
             return self.default_policy
-        path = (self.scenarios_dir or Path()) / f"{name}.json"
-        if self.scenarios_dir is None or not path.is_file():
-            raise invalid_request(
-                f"Scenario '{name}' not found.", param=f"metadata.{SCENARIO_KEY}", code="invalid_value"
-            )
-        return ScriptedPolicy.from_steps(json.loads(path.read_text())["steps"])
+        if name not in self._scripts:
+            try:
+                steps = load_scenario(name, self.data_dir).steps if self.data_dir else None
+            except ScenarioNotFound as exc:
+                raise invalid_request(
+                    str(exc), param=f"metadata.{SCENARIO_KEY}", code="invalid_value"
+                ) from None
+            if steps is None:
+                raise invalid_request("This server has no scenarios.", param=f"metadata.{SCENARIO_KEY}")
+            self._scripts[name] = ScriptedPolicy.from_steps(steps)
+        return self._scripts[name]
 
     # ------------------------------------------------------------ inference
 
@@ -510,30 +517,29 @@ class Pipeline:
         try:
             for event in events.start():
                 await send(event)
-            segment = 0
             while True:
                 truncated, paused = await self.infer(turn, events, send)
                 if truncated or not paused:
                     return await self.finish(turn, events, send, truncated)
                 await send(events.pause(turn.unsettled()[0]))
                 raw = await next_append()
-                segment += 1
+                turn.trace.segment += 1
                 turn._departed = False
                 await self.uplink(turn.trace)
-                self.append_segment(turn, raw, segment)
+                self.append_segment(turn, raw)
         finally:
             if not turn.billed and turn.prompt_tokens:
                 self.billing.charge_later(self.charge(turn, "cancelled"))
 
-    def append_segment(self, turn: Turn, raw: Any, segment: int) -> None:
+    def append_segment(self, turn: Turn, raw: Any) -> None:
         """Validate and render only the appended items (after the outputs they answer)."""
         assert turn.buffer is not None
-        with turn.trace.stage("validation", segment=segment) as span:
+        with turn.trace.stage("validation") as span:
             if not isinstance(raw, list):
                 raise invalid_request("'input' of response.append must be a list of items.", param="input")
             appended = [stored_form({"id": new_item_id(i["type"]), **i}) for i in _parse_items(raw)]
             span.items = len(appended)
-        with turn.trace.stage("render", segment=segment) as span:
+        with turn.trace.stage("render") as span:
             before = turn.buffer.encoded
             self.settle(turn)
             turn.buffer.append(appended)

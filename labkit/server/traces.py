@@ -23,6 +23,7 @@ class Span:
     end: float = 0.0
     items: int = 0
     tokens: int = 0
+    segment: int = 0  # appended rollouts: which sampling segment (turn) of the response
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -38,10 +39,11 @@ class Trace:
 
     def __init__(self) -> None:
         self.spans: list[Span] = []
+        self.segment = 0
 
     @contextmanager
     def stage(self, name: str, **detail: Any) -> Iterator[Span]:
-        span = Span(stage=name, start=time.perf_counter(), detail=dict(detail))
+        span = Span(stage=name, start=time.perf_counter(), segment=self.segment, detail=dict(detail))
         try:
             yield span
         finally:

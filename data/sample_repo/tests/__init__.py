@@ -1,0 +1,1 @@
+"""Tests for tally, run with ``python -m unittest discover -s tests -t .``."""

@@ -1,0 +1,1 @@
+"""Spans into DataFrames, the metrics computed from them, and the analytic cost model."""

@@ -1,0 +1,50 @@
+"""The metrics, each computed by one function from a rollout's DataFrame.
+
+- TTFT: the client's send to the first output delta it receives.
+- End to end: the first send to the last turn's terminal event.
+- API overhead of a turn: its wall time (send to the next send, or to the end)
+  minus inference (queue, prefill, decode) minus the client's tools.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def _instants(frame: pd.DataFrame, stage: str) -> pd.Series:
+    rows = frame[frame["stage"] == stage]
+    return rows.groupby("turn")["start"].min()
+
+
+def turns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per turn: ``wall``, ``ttft``, ``inference``, ``tools``, ``api`` (seconds)."""
+    send, done = _instants(frame, "send"), _instants(frame, "done")
+    first = _instants(frame, "first_delta").reindex(send.index)
+    following = send.shift(-1).fillna(done)
+    by_bucket = frame.groupby(["turn", "bucket"])["duration"].sum().unstack(fill_value=0.0)
+    table = pd.DataFrame(
+        {
+            "wall": following - send,
+            "ttft": first - send,
+            "inference": by_bucket.get("inference", 0.0),
+            "tools": by_bucket.get("client", 0.0),
+        }
+    ).fillna({"inference": 0.0, "tools": 0.0})
+    table["api"] = table["wall"] - table["inference"] - table["tools"]
+    return table
+
+
+def end_to_end(frame: pd.DataFrame) -> float:
+    return float(_instants(frame, "done").max() - _instants(frame, "send").min())
+
+
+def summary(frame: pd.DataFrame) -> dict[str, float]:
+    """``e2e_s``, ``ttft_mean_s``, ``api_share`` (of end to end) and ``turns`` for one rollout."""
+    table = turns(frame)
+    e2e = end_to_end(frame)
+    return {
+        "e2e_s": e2e,
+        "ttft_mean_s": float(table["ttft"].mean()),
+        "api_share": float(table["api"].sum() / e2e) if e2e else 0.0,
+        "turns": len(table),
+    }

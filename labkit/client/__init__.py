@@ -1,0 +1,1 @@
+"""The agent side: tools over a sandbox repository, transports, the agent loop, client spans."""

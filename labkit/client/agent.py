@@ -1,0 +1,203 @@
+"""The agent loop: the model picks an action, the client runs the tool, the result goes back.
+
+``run_rollout`` runs a scenario over one design's transport and yields a
+``TurnRecord`` as each turn completes (for live plots); ``Rollout`` collects
+them, fetches the server's spans afterwards (so fetching does not slow the
+rollout) and turns everything into one tidy DataFrame.
+
+    with LabkitServer() as server:
+        rollout = Rollout.run(server.base_url, "websocket", "fix-failing-test")
+        frame = rollout.frame()
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from labkit.client.tools import TOOL_SPECS, Sandbox, run_tool
+from labkit.client.transports import TurnRequest, TurnResult, open_transport
+from labkit.engine.policies import text_of_tokens
+from labkit.scenarios import Scenario, load_scenario
+from labkit.server.app import default_data_dir
+from labkit.server.pipeline import SCENARIO_KEY
+
+Item = dict[str, Any]
+DEFAULT_KEY = "sk-labkit-agent"
+MAX_TURNS = 100
+
+
+@dataclass
+class ToolRun:
+    name: str
+    start: float
+    end: float
+    output_chars: int
+
+
+@dataclass
+class TurnRecord:
+    """One turn as the client saw it, on the client's monotonic clock."""
+
+    design: str
+    turn: int
+    response_id: str
+    sent: float
+    first_delta: float | None
+    last_delta: float | None
+    done: float
+    tools: list[ToolRun] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_delta is None else self.first_delta - self.sent
+
+    @property
+    def tool_seconds(self) -> float:
+        return sum(t.end - t.start for t in self.tools)
+
+
+class Toolbox:
+    """The tools a scenario's calls run: real tools on a sandbox copy, or the synthetic ``fetch``."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.sandbox = Sandbox(scenario.repo) if scenario.repo else None
+        self.specs = TOOL_SPECS if scenario.repo else scenario.tools
+
+    def run(self, name: str, arguments: str) -> str:
+        if self.sandbox is not None:
+            return run_tool(self.sandbox, name, arguments)
+        return text_of_tokens(self.scenario.params.get("tool_tokens", 0))
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+
+
+def run_rollout(
+    base_url: str,
+    design: str,
+    scenario: Scenario,
+    *,
+    model: str = "labkit-spark",
+    api_key: str = DEFAULT_KEY,
+    fresh_connection: bool = False,
+    prompt_cache_key: bool = True,
+) -> Iterator[TurnRecord]:
+    """Run the scenario's rollout over the design's transport; yield each turn as it completes.
+
+    A per-rollout session line heads the instructions, so no rollout reuses
+    another's prefix cache: each design starts cold, as a new session would.
+    """
+    session = uuid.uuid4().hex[:12]
+    instructions = f"Session {session}.\n\n{scenario.instructions}"
+    with ExitStack() as stack:
+        toolbox = Toolbox(scenario)
+        stack.callback(toolbox.close)
+        transport = open_transport(design, base_url, api_key, fresh_connection=fresh_connection)
+        stack.callback(transport.close)
+        history: list[Item] = [{"type": "message", "role": "user", "content": scenario.user}]
+        new = list(history)
+        for turn in range(MAX_TURNS):
+            result = transport.turn(
+                TurnRequest(
+                    model=model,
+                    instructions=instructions,
+                    tools=toolbox.specs,
+                    history=history,
+                    new=new,
+                    metadata={SCENARIO_KEY: scenario.name},
+                    prompt_cache_key=f"labkit-{session}" if prompt_cache_key else None,
+                )
+            )
+            record = _record(design, turn, result)
+            outputs = [_replayable(item) for item in result.output]
+            new = []
+            for item in outputs:
+                if item["type"] == "function_call":
+                    start = time.perf_counter()
+                    text = toolbox.run(item["name"], item["arguments"])
+                    record.tools.append(ToolRun(item["name"], start, time.perf_counter(), len(text)))
+                    new.append({"type": "function_call_output", "call_id": item["call_id"], "output": text})
+            history = history + outputs + new
+            yield record
+            if not new:
+                return
+
+
+def _record(design: str, turn: int, result: TurnResult) -> TurnRecord:
+    return TurnRecord(
+        design=design,
+        turn=turn,
+        response_id=result.response_id,
+        sent=result.sent,
+        first_delta=result.first_delta,
+        last_delta=result.last_delta,
+        done=result.done,
+        calls=[i["name"] for i in result.output if i["type"] == "function_call"],
+        usage=result.usage,
+    )
+
+
+def _replayable(item: Item) -> Item:
+    """An output item as a client replays it in the next request's input."""
+    if item["type"] == "function_call":
+        keys = ("type", "call_id", "name", "arguments")
+    else:
+        keys = ("type", "role", "content")
+    return {k: item[k] for k in keys if k in item}
+
+
+@dataclass
+class Rollout:
+    """A finished rollout: the client's turns and, fetched afterwards, the server's spans."""
+
+    design: str
+    records: list[TurnRecord]
+    spans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def run(
+        cls,
+        base_url: str,
+        design: str,
+        scenario: str | Scenario = "fix-failing-test",
+        *,
+        data_dir: Path | None = None,
+        on_turn: Callable[[TurnRecord], None] | None = None,
+        api_key: str = DEFAULT_KEY,
+        **options: Any,
+    ) -> Rollout:
+        if isinstance(scenario, str):
+            scenario = load_scenario(scenario, data_dir or default_data_dir())
+        records = []
+        for record in run_rollout(base_url, design, scenario, api_key=api_key, **options):
+            records.append(record)
+            if on_turn is not None:
+                on_turn(record)
+        rollout = cls(design, records)
+        rollout.fetch_spans(base_url, api_key)
+        return rollout
+
+    def fetch_spans(self, base_url: str, api_key: str = DEFAULT_KEY) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"}
+        with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
+            for response_id in dict.fromkeys(r.response_id for r in self.records):
+                reply = http.get("/labkit/traces", params={"response_id": response_id})
+                reply.raise_for_status()
+                self.spans[response_id] = reply.json()["data"]
+
+    def frame(self):  # -> pandas.DataFrame
+        from labkit.analysis.frames import rollout_frame
+
+        return rollout_frame(self)

@@ -1,0 +1,245 @@
+"""Transports: how one agent turn reaches the server, one per design.
+
+- ``StatelessHTTP`` (naive, sprint): the official SDK over HTTP with SSE; the
+  whole conversation every turn, ``store=false``; optionally a new connection
+  per request.
+- ``WebSocketMode`` (websocket): the official SDK's ``responses.connect()``;
+  ``previous_response_id`` and only the new items.
+- ``AppendedRollout`` (appended): a raw WebSocket client for labkit's
+  extension; the first turn creates the response, later turns append to it.
+
+Every transport times its turn on the client's clock (``time.perf_counter``,
+the system's monotonic clock, which the server's spans use too) and returns
+the same ``TurnResult``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from openai import OpenAI
+from websockets.sync.client import ClientConnection, connect
+
+from labkit.server.designs import DESIGN_HEADER
+
+Item = dict[str, Any]
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
+
+
+class TurnFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class TurnResult:
+    response_id: str
+    output: list[Item]
+    sent: float
+    first_delta: float | None = None
+    last_delta: float | None = None
+    done: float = 0.0
+    usage: dict[str, Any] | None = None
+    status: str = "completed"
+
+
+@dataclass
+class TurnRequest:
+    """What the agent has for a turn; each transport sends the part its design sends."""
+
+    model: str
+    instructions: str
+    tools: list[Item]
+    history: list[Item]  # everything so far, including ``new``
+    new: list[Item]  # the items since the previous turn
+    metadata: dict[str, str] = field(default_factory=dict)
+    prompt_cache_key: str | None = None
+
+
+class Transport(Protocol):
+    design: str
+
+    def turn(self, request: TurnRequest) -> TurnResult: ...
+
+    def close(self) -> None: ...
+
+
+class _Timer:
+    """Stamps the first and last delta of a turn as events arrive."""
+
+    def __init__(self) -> None:
+        self.sent = time.perf_counter()
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def see(self, kind: str) -> None:
+        if kind in DELTAS:
+            now = time.perf_counter()
+            self.first = self.first or now
+            self.last = now
+
+    def result(self, response: Item, output: list[Item] | None = None) -> TurnResult:
+        return TurnResult(
+            response_id=response["id"],
+            output=output if output is not None else response["output"],
+            sent=self.sent,
+            first_delta=self.first,
+            last_delta=self.last,
+            done=time.perf_counter(),
+            usage=response.get("usage"),
+            status=response.get("status", "completed"),
+        )
+
+
+def _create_body(request: TurnRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": request.model,
+        "instructions": request.instructions,
+        "tools": request.tools,
+        "store": False,
+        "metadata": request.metadata,
+    }
+    if request.prompt_cache_key:
+        body["prompt_cache_key"] = request.prompt_cache_key
+    return body
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+class StatelessHTTP:
+    """The whole history over HTTP every turn (naive and sprint)."""
+
+    def __init__(
+        self, base_url: str, api_key: str, design: str = "naive", *, fresh_connection: bool = False
+    ) -> None:
+        self.design = design
+        self.base_url, self.api_key = base_url, api_key
+        self.fresh_connection = fresh_connection
+        self._client: OpenAI | None = None
+
+    def _open(self) -> OpenAI:
+        return OpenAI(
+            base_url=self.base_url,
+            api_key=self.api_key,
+            max_retries=0,
+            default_headers={DESIGN_HEADER: self.design},
+        )
+
+    def turn(self, request: TurnRequest) -> TurnResult:
+        client = self._open() if self.fresh_connection or self._client is None else self._client
+        if not self.fresh_connection:
+            self._client = client
+        try:
+            timer = _Timer()
+            stream = client.responses.create(stream=True, input=request.history, **_create_body(request))
+            for event in stream:
+                timer.see(event.type)
+                if event.type in TERMINAL:
+                    return timer.result(event.response.model_dump(mode="json"))
+                if event.type == "error":
+                    raise TurnFailed(str(event))
+            raise TurnFailed("the stream ended without a terminal event")
+        finally:
+            if self.fresh_connection:
+                client.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+# ---------------------------------------------------------------- WebSocket mode
+
+
+class WebSocketMode:
+    """One socket through the official SDK; follow-ups send only new items."""
+
+    def __init__(self, base_url: str, api_key: str, design: str = "websocket") -> None:
+        self.design = design
+        self._client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        self._manager = self._client.responses.connect(extra_headers={DESIGN_HEADER: design})
+        self._conn = self._manager.__enter__()
+        self._previous: str | None = None
+
+    def turn(self, request: TurnRequest) -> TurnResult:
+        timer = _Timer()
+        body = _create_body(request)
+        if self._previous is None:
+            self._conn.response.create(input=request.history, **body)
+        else:
+            self._conn.response.create(input=request.new, previous_response_id=self._previous, **body)
+        for event in self._conn:
+            timer.see(event.type)
+            if event.type in TERMINAL:
+                result = timer.result(event.response.model_dump(mode="json"))
+                self._previous = result.response_id
+                return result
+            if event.type == "error":
+                raise TurnFailed(str(event))
+        raise TurnFailed("the socket closed before a terminal event")
+
+    def close(self) -> None:
+        self._manager.__exit__(None, None, None)
+        self._client.close()
+
+
+# ---------------------------------------------------------------- the appended prototype
+
+
+class AppendedRollout:
+    """labkit's extension: one response per rollout, resumed with ``response.append``."""
+
+    design = "appended"
+
+    def __init__(self, base_url: str, api_key: str) -> None:
+        url = base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+        self._ws: ClientConnection = connect(
+            f"{url}/responses?design=appended",
+            additional_headers={"Authorization": f"Bearer {api_key}"},
+            max_size=None,
+        )
+        self._response_id: str | None = None
+
+    def turn(self, request: TurnRequest) -> TurnResult:
+        timer = _Timer()
+        if self._response_id is None:
+            self._send({"type": "response.create", "input": request.history, **_create_body(request)})
+        else:
+            self._send({"type": "response.append", "response_id": self._response_id, "input": request.new})
+        output: list[Item] = []
+        while True:
+            event = json.loads(self._ws.recv())
+            kind = event["type"]
+            timer.see(kind)
+            if kind == "response.created":
+                self._response_id = event["response"]["id"]
+            elif kind == "response.output_item.done":
+                output.append(event["item"])
+            elif kind == "response.done":  # paused on tool calls: this turn is over
+                return timer.result({"id": event["response_id"], "status": "requires_action"}, output)
+            elif kind in TERMINAL:
+                return timer.result(event["response"], output)
+            elif kind == "error":
+                raise TurnFailed(json.dumps(event))
+
+    def _send(self, frame: dict[str, Any]) -> None:
+        self._ws.send(json.dumps(frame))
+
+    def close(self) -> None:
+        self._ws.close()
+
+
+def open_transport(design: str, base_url: str, api_key: str, *, fresh_connection: bool = False) -> Transport:
+    """The transport a design's client uses."""
+    if design in ("naive", "sprint"):
+        return StatelessHTTP(base_url, api_key, design, fresh_connection=fresh_connection)
+    if design == "websocket":
+        return WebSocketMode(base_url, api_key, design)
+    if design == "appended":
+        return AppendedRollout(base_url, api_key)
+    raise ValueError(f"unknown design '{design}'")

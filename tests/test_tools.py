@@ -1,0 +1,371 @@
+"""The agent side's real tools, the sample repository they work on, and the default scenario.
+
+The scenario is replayed call by call through ``run_tool`` in a sandbox, so the
+scripted rollout the server plays is one a real client can actually carry out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from labkit.client import tools
+from labkit.client.tools import (
+    DATA_DIR,
+    MAX_MATCHES,
+    SAMPLE_REPO,
+    SPECS_BY_NAME,
+    TOOL_SPECS,
+    TOOLS,
+    Sandbox,
+    apply_patch,
+    is_error,
+    list_files,
+    read_file,
+    run_tests,
+    run_tool,
+    search,
+)
+from labkit.engine.policies import Call, Say, ScriptedPolicy
+from labkit.engine.tokenizer import encode_text
+
+SCENARIO_FILE = DATA_DIR / "scenarios" / "fix-failing-test.json"
+SCENARIO: dict[str, Any] = json.loads(SCENARIO_FILE.read_text())
+CALLS: list[dict[str, Any]] = [step["call"] for step in SCENARIO["steps"] if "call" in step]
+PATCHES = [call for call in CALLS if call["name"] == "apply_patch"]
+
+
+def args(call: dict[str, Any]) -> str:
+    return json.dumps(call["arguments"])
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (caches included) with the SHA-256 of its bytes."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def unittest_summary(output: str) -> tuple[int, list[str], list[str]]:
+    """Tests run, failed test ids and errored test ids, read from unittest's output."""
+    ran = re.search(r"^Ran (\d+) tests? in", output, re.M)
+    assert ran, output
+    failed = re.findall(r"^FAIL: (\S+)", output, re.M)
+    errored = re.findall(r"^ERROR: (\S+)", output, re.M)
+    return int(ran.group(1)), failed, errored
+
+
+@pytest.fixture
+def box() -> Iterator[Sandbox]:
+    with Sandbox() as sandbox:
+        yield sandbox
+
+
+@pytest.fixture(scope="module")
+def replay() -> list[tuple[dict[str, Any], str]]:
+    """Each scenario call with the output ``run_tool`` gave it, in one fresh sandbox."""
+    with Sandbox() as sandbox:
+        return [(call, run_tool(sandbox, call["name"], args(call))) for call in CALLS]
+
+
+# ---------------------------------------------------------------- (a) the bug and its fix
+
+
+def test_the_suite_fails_once_before_the_fix_and_passes_after(box: Sandbox) -> None:
+    before = run_tests(box)
+    assert before.endswith("exit status: 1 (failed)")
+    ran, failed, errored = unittest_summary(before)
+    assert ran >= 60
+    assert len(failed) == 1 and not errored, before
+    assert "FAILED (failures=1)" in before
+
+    assert len(PATCHES) == 1
+    diff = run_tool(box, "apply_patch", args(PATCHES[0]))
+    assert not is_error(diff), diff
+    changed = [line for line in diff.splitlines()[2:] if line.startswith(("-", "+"))]
+    assert len(changed) == 2, diff  # one line out, one line in
+
+    after = run_tests(box)
+    assert after.endswith("exit status: 0 (passed)"), after
+    ran_after, failed_after, errored_after = unittest_summary(after)
+    assert (ran_after, failed_after, errored_after) == (ran, [], [])
+    assert "\nOK" in after
+
+
+# ---------------------------------------------------------------- (b) replaying the scenario
+
+
+def test_every_scenario_call_runs_without_an_error(replay: list[tuple[dict[str, Any], str]]) -> None:
+    for call, output in replay:
+        assert not is_error(output), (call, output)
+        assert output.strip(), call
+
+
+def test_the_scenario_goes_from_red_to_green(replay: list[tuple[dict[str, Any], str]]) -> None:
+    patched_at = next(i for i, (call, _) in enumerate(replay) if call["name"] == "apply_patch")
+    runs = [(i, out) for i, (call, out) in enumerate(replay) if call["name"] == "run_tests"]
+    assert runs[0][0] < patched_at < runs[-1][0]
+    for i, output in runs:
+        expected = "exit status: 1 (failed)" if i < patched_at else "exit status: 0 (passed)"
+        assert output.endswith(expected), output
+    assert replay[-1][0]["name"] != "run_tests" or replay[-1][1].endswith("(passed)")
+
+
+def test_the_scenario_is_shaped_like_a_real_rollout() -> None:
+    assert SCENARIO["name"] == SCENARIO_FILE.stem
+    assert SCENARIO["description"] and SCENARIO["user"]
+    assert (DATA_DIR / SCENARIO["instructions_file"]).is_file()
+    assert (DATA_DIR / SCENARIO["repo"]).resolve() == SAMPLE_REPO.resolve()
+    steps = SCENARIO["steps"]
+    assert 18 <= len(steps) <= 22
+    # Every step but the last calls a tool (the policy moves on per tool result); the last one answers.
+    assert all("call" in step for step in steps[:-1])
+    assert set(steps[-1]) == {"say"}
+    says = [step for step in steps[:-1] if "say" in step]
+    assert 1 <= len(says) <= len(steps) // 3
+    assert all(len(encode_text(step["say"])) < 60 for step in says)
+    assert {call["name"] for call in CALLS} == set(TOOLS)
+
+    policy = ScriptedPolicy.from_steps(steps)
+    assert all(isinstance(actions[-1], Call) for actions in policy.steps[:-1])
+    assert policy.steps[-1] == [Say(steps[-1]["say"])]
+
+
+def test_the_demo_scenario_still_loads() -> None:
+    demo = json.loads((DATA_DIR / "scenarios" / "demo-fix.json").read_text())
+    assert len(ScriptedPolicy.from_steps(demo["steps"]).steps) == len(demo["steps"])
+
+
+# ---------------------------------------------------------------- (c) each tool
+
+
+def test_sandbox_copies_and_cleans_up(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0junk")
+    with Sandbox(tmp_path) as sandbox:
+        assert sandbox.path != tmp_path and (sandbox.path / "pkg" / "a.py").read_text() == "x = 1\n"
+        assert not (sandbox.path / "pkg" / "__pycache__").exists()
+        assert not sandbox.closed
+    assert sandbox.closed and not sandbox.path.exists()
+    sandbox.close()  # twice is fine
+    with pytest.raises(FileNotFoundError):
+        Sandbox(tmp_path / "missing")
+
+
+def test_list_files(box: Sandbox) -> None:
+    (box.path / "tally" / "__pycache__").mkdir()
+    (box.path / "tally" / "__pycache__" / "money.cpython-311.pyc").write_bytes(b"\0")
+    (box.path / "tally" / "stale.pyc").write_bytes(b"\0")
+    listing = list_files(box).splitlines()
+    assert listing == sorted(listing)
+    assert "README.md" in listing and "tally/money.py" in listing and "tests/test_invoice.py" in listing
+    assert not any("__pycache__" in p or p.endswith(".pyc") for p in listing)
+    assert all(not p.startswith(("/", "./")) for p in listing)
+    assert list_files(box, path="tests") == "\n".join(p for p in listing if p.startswith("tests/"))
+    assert list_files(box, path="tally/money.py") == "tally/money.py"
+    assert list_files(box, path="nowhere") == "error: no such directory: nowhere"
+    assert list_files(box, path="..").startswith("error: path is outside the repository")
+
+
+def test_read_file(box: Sandbox) -> None:
+    text = read_file(box, path="tally/money.py")
+    source = (box.path / "tally" / "money.py").read_text().splitlines()
+    lines = text.splitlines()
+    assert len(lines) == len(source)
+    assert lines[0] == f"   1  {source[0]}"
+    assert lines[11] == f"  12  {source[11]}"
+    assert 300 <= len(encode_text(text)) <= 2500
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("../etc/passwd", "error: path is outside the repository: ../etc/passwd"),
+        ("tally/../../x.py", "error: path is outside the repository: tally/../../x.py"),
+        ("/etc/passwd", "error: path must be relative to the repository root: /etc/passwd"),
+        ("~/.bashrc", "error: path must be relative to the repository root: ~/.bashrc"),
+        ("tally/nope.py", "error: no such file: tally/nope.py"),
+        ("tally", "error: tally is a directory (use list_files to see what is in it)"),
+    ],
+)
+def test_read_file_errors(box: Sandbox, path: str, error: str) -> None:
+    assert read_file(box, path=path) == error
+
+
+def test_read_file_refuses_binary_and_escaping_symlinks(box: Sandbox, tmp_path: Path) -> None:
+    (box.path / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0")
+    assert read_file(box, path="logo.png") == "error: not a text file: logo.png"
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret\n")
+    (box.path / "link.txt").symlink_to(outside)
+    assert read_file(box, path="link.txt") == "error: path is outside the repository: link.txt"
+    (box.path / "empty.py").write_text("")
+    assert read_file(box, path="empty.py") == "(empty.py is empty)"
+
+
+def test_search(box: Sandbox) -> None:
+    found = search(box, pattern=r"def (parse_terms|parse_rate)\b").splitlines()
+    assert found == [
+        "tally/tax.py:59: def parse_rate(text: str) -> Decimal:",
+        "tally/terms.py:69: def parse_terms(text: str) -> PaymentTerms:",
+    ]
+    only_tests = search(box, pattern="VolumeDiscount", path="tests").splitlines()
+    assert only_tests and all(line.startswith("tests/") for line in only_tests)
+    assert search(box, pattern="zzz_nothing") == "no matches for 'zzz_nothing' under ."
+    assert search(box, pattern="(unclosed").startswith("error: bad regular expression '(unclosed'")
+    assert search(box, pattern="x", path="../").startswith("error: path is outside the repository")
+    assert search(box, pattern="x", path="missing") == "error: no such file or directory: missing"
+
+
+def test_search_is_capped(box: Sandbox) -> None:
+    (box.path / "big.txt").write_text("needle\n" * (MAX_MATCHES + 50))
+    lines = search(box, pattern="needle", path="big.txt").splitlines()
+    assert len(lines) == MAX_MATCHES + 1
+    assert lines[0] == "big.txt:1: needle"
+    assert lines[-1] == f"... (stopped at {MAX_MATCHES} matches; narrow the pattern or the path)"
+
+
+def test_apply_patch(box: Sandbox) -> None:
+    target = box.path / "tally" / "terms.py"
+    before = target.read_text()
+    diff = apply_patch(box, path="tally/terms.py", old="SATURDAY = 5\n", new="SATURDAY = 5  # Monday is 0\n")
+    assert diff.startswith("--- a/tally/terms.py\n+++ b/tally/terms.py\n@@ ")
+    assert "\n-SATURDAY = 5\n+SATURDAY = 5  # Monday is 0" in diff
+    assert target.read_text() == before.replace("SATURDAY = 5\n", "SATURDAY = 5  # Monday is 0\n")
+
+
+def test_apply_patch_errors_change_nothing(box: Sandbox) -> None:
+    target = box.path / "tally" / "money.py"
+    before = target.read_bytes()
+    assert apply_patch(box, path="tally/money.py", old="no such text", new="x") == (
+        "error: old text not found in tally/money.py "
+        "(it must match exactly, whitespace included; read the file again)"
+    )
+    count = target.read_text().count("return Money(")
+    assert count > 1
+    assert apply_patch(box, path="tally/money.py", old="return Money(", new="return Money (") == (
+        f"error: old text occurs {count} times in tally/money.py; add surrounding lines to pick one"
+    )
+    assert apply_patch(box, path="tally/money.py", old="", new="x").startswith("error: old must not be empty")
+    assert apply_patch(box, path="tally/money.py", old="Money", new="Money").startswith("error: old and new")
+    assert apply_patch(box, path="tally/ghost.py", old="a", new="b") == "error: no such file: tally/ghost.py"
+    assert apply_patch(box, path="../README.md", old="a", new="b").startswith("error: path is outside")
+    assert target.read_bytes() == before
+
+
+def test_run_tests_reports_paths_inside_the_repository(box: Sandbox) -> None:
+    output = run_tests(box)
+    assert str(box.path) not in output
+    assert 'File "tests/test_invoice.py", line ' in output
+
+
+def test_run_tests_times_out(box: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    (box.path / "tests" / "test_slow.py").write_text(
+        "import time\nimport unittest\n\n\nclass Slow(unittest.TestCase):\n"
+        "    def test_sleeps(self):\n        time.sleep(30)\n"
+    )
+    monkeypatch.setattr(tools, "TEST_TIMEOUT_S", 1.0)
+    assert run_tests(box).startswith("error: tests timed out after 1 s")
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "error"),
+    [
+        (
+            "read_file",
+            '{"path": ',
+            "error: arguments are not valid JSON: Expecting value at line 1 column 10",
+        ),
+        ("read_file", "[1, 2]", "error: arguments must be a JSON object, got list"),
+        ("read_file", "{}", "error: bad arguments for read_file: missing argument(s) path"),
+        ("read_file", '{"path": 3}', "error: bad arguments for read_file: path must be a string, got int"),
+        (
+            "read_file",
+            '{"path": "a", "mode": "w"}',
+            "error: bad arguments for read_file: unexpected argument(s) mode; expected path",
+        ),
+        (
+            "apply_patch",
+            '{"patch": "--- a/x\\n+++ b/x"}',
+            "error: bad arguments for apply_patch: unexpected argument(s) patch; expected path, old, new",
+        ),
+        (
+            "rm_rf",
+            "{}",
+            "error: unknown tool 'rm_rf' (available: list_files, read_file, search, apply_patch, run_tests)",
+        ),
+    ],
+)
+def test_run_tool_errors(box: Sandbox, name: str, arguments: str, error: str) -> None:
+    assert run_tool(box, name, arguments) == error
+
+
+def test_run_tool_dispatches(box: Sandbox) -> None:
+    assert run_tool(box, "read_file", '{"path": "README.md"}') == read_file(box, path="README.md")
+    # Non-strict clients may leave out a path that has a default, or send no arguments at all.
+    assert run_tool(box, "list_files", "{}") == list_files(box)
+    assert run_tool(box, "list_files", "") == list_files(box)
+
+
+# ---------------------------------------------------------------- (d) specs and schemas
+
+
+def test_tool_specs_follow_strict_mode() -> None:
+    assert [spec["name"] for spec in TOOL_SPECS] == list(TOOLS)
+    for spec in TOOL_SPECS:
+        assert spec["type"] == "function" and spec["strict"] is True and spec["description"]
+        params = spec["parameters"]
+        jsonschema.Draft202012Validator.check_schema(params)
+        assert params["type"] == "object" and params["additionalProperties"] is False
+        assert params["required"] == list(params["properties"])
+        assert all(prop["type"] == "string" and prop["description"] for prop in params["properties"].values())
+
+
+@pytest.mark.parametrize("index", range(len(CALLS)))
+def test_scenario_calls_validate_against_their_specs(index: int) -> None:
+    call = CALLS[index]
+    jsonschema.validate(call["arguments"], SPECS_BY_NAME[call["name"]]["parameters"])
+
+
+def test_schema_validation_catches_what_strict_mode_forbids() -> None:
+    schema = SPECS_BY_NAME["search"]["parameters"]
+    for bad in ({"pattern": "x"}, {"pattern": "x", "path": ".", "flags": "i"}, {"pattern": 1, "path": "."}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+# ---------------------------------------------------------------- (e) instructions
+
+
+def test_instructions_are_about_8k_tokens() -> None:
+    text = (DATA_DIR / SCENARIO["instructions_file"]).read_text()
+    assert 7_500 <= len(encode_text(text)) <= 8_500
+    for name in TOOLS:
+        assert f"`{name}(" in text
+
+
+# ---------------------------------------------------------------- (f) the original stays untouched
+
+
+def test_the_sandbox_leaves_the_sample_repo_untouched() -> None:
+    before = tree_digest(SAMPLE_REPO)
+    with Sandbox() as sandbox:
+        for call in PATCHES:
+            run_tool(sandbox, call["name"], args(call))
+        (sandbox.path / "scratch.txt").write_text("agent notes\n")
+        assert run_tests(sandbox).endswith("(passed)")
+    assert tree_digest(SAMPLE_REPO) == before
+    assert not any(p.name == "__pycache__" for p in SAMPLE_REPO.rglob("*"))
+    # The bug is still there for the next run.
+    assert PATCHES[0]["arguments"]["old"] in (SAMPLE_REPO / PATCHES[0]["arguments"]["path"]).read_text()

@@ -135,14 +135,20 @@ class StatelessHTTP:
             self._client = client
         try:
             timer = _Timer()
-            stream = client.responses.create(stream=True, input=request.history, **_create_body(request))
-            for event in stream:
-                timer.see(event.type)
-                if event.type in TERMINAL:
-                    return timer.result(event.response.model_dump(mode="json"))
-                if event.type == "error":
-                    raise TurnFailed(str(event))
-            raise TurnFailed("the stream ended without a terminal event")
+            result = None
+            # Read the stream to its end, so the connection goes back to the pool for the next turn.
+            with client.responses.create(
+                stream=True, input=request.history, **_create_body(request)
+            ) as stream:
+                for event in stream:
+                    timer.see(event.type)
+                    if event.type in TERMINAL:
+                        result = timer.result(event.response.model_dump(mode="json"))
+                    elif event.type == "error":
+                        raise TurnFailed(str(event))
+            if result is None:
+                raise TurnFailed("the stream ended without a terminal event")
+            return result
         finally:
             if self.fresh_connection:
                 client.close()

@@ -1,4 +1,5 @@
-"""The ``labkit`` command: ``labkit serve`` runs the Responses API server."""
+"""The ``labkit`` command: ``labkit serve`` runs the Responses API server; ``labkit compare``
+runs every design side by side and prints what each one cost."""
 
 from __future__ import annotations
 
@@ -96,7 +97,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=serve)
+
+    c = sub.add_parser("compare", help="run every design on one scenario at several model speeds")
+    c.add_argument("--tps", default="65,1000,4000", help="decode speeds, comma-separated (tokens/s)")
+    c.add_argument("--scenario", default="fix-failing-test", help="a scenario name, or synthetic:...")
+    c.add_argument("--profile", default=DEFAULT_PROFILE, help="latency profile (name or TOML file)")
+    c.add_argument("--repeat", type=int, default=1, help="rollouts per design and speed; the median")
+    c.add_argument("--designs", default=",".join(DESIGNS), help="designs to run, comma-separated")
+    c.add_argument(
+        "--fresh-connection", action="store_true", help="HTTP designs: a new connection per request"
+    )
+    c.add_argument("--json", action="store_true", help="print rows as JSON instead of tables")
+    c.set_defaults(func=compare_command)
     return parser
+
+
+def compare_command(args: argparse.Namespace) -> None:
+    import json
+
+    from labkit.analysis.compare import compare, format_tables, rows_json, stderr_progress
+
+    rows = compare(
+        tps=[float(t) for t in args.tps.split(",")],
+        scenario=args.scenario,
+        profile=args.profile,
+        repeat=max(1, args.repeat),
+        designs=[d.strip() for d in args.designs.split(",")],
+        fresh_connection=args.fresh_connection,
+        progress=stderr_progress,
+    )
+    print(json.dumps(rows_json(rows), indent=2) if args.json else format_tables(rows))
 
 
 def main(argv: list[str] | None = None) -> None:

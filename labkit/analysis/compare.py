@@ -1,0 +1,159 @@
+"""``labkit compare``: every design on the same scenario and model speeds, side by side in one run.
+
+One server (one profile) serves every rollout; designs take turns within each
+repeat, so any drift of the machine touches them all alike. Each rollout
+starts cold (its own session line heads the instructions), as a new session
+would. The figures are medians over ``repeat`` rollouts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from labkit.analysis.metrics import summary
+from labkit.client.agent import Rollout
+from labkit.engine.catalogue import Catalogue, load_catalogue
+from labkit.scenarios import Scenario, load_scenario
+from labkit.server.app import default_data_dir
+from labkit.server.designs import DESIGNS
+from labkit.server.handle import LabkitServer
+from labkit.server.profiles import DEFAULT_PROFILE
+
+DEFAULT_TPS = (65, 1000, 4000)
+
+
+@dataclass
+class Row:
+    design: str
+    tps: float
+    model: str
+    e2e_s: float
+    ttft_mean_s: float
+    api_share: float
+    speedup_vs_naive: float  # fraction of naive's end-to-end time saved
+    ttft_cut_vs_naive: float  # fraction of naive's mean TTFT saved
+    turns: int
+    runs: int
+
+
+def models_for(tps_values: Sequence[float], catalogue: Catalogue) -> tuple[dict[float, str], str]:
+    """A model name per speed: a catalogue model with that decode speed, else ``labkit-tps-N``.
+
+    Added models take the prefill speed of the catalogue model nearest in decode speed.
+    Returns the names and the TOML text that defines the added ones ("" if none).
+    """
+    names, toml = {}, []
+    specs = list(catalogue.models.values())
+    for tps in tps_values:
+        exact = [s for s in specs if s.decode_tps == tps]
+        if exact:
+            names[tps] = exact[0].name
+            continue
+        nearest = min(specs, key=lambda s: abs(s.decode_tps - tps))
+        name = f"labkit-tps-{tps:g}"
+        names[tps] = name
+        toml.append(f'[models."{name}"]\ndecode_tps = {tps}\nprefill_tps = {nearest.prefill_tps}\n')
+    return names, "\n".join(toml)
+
+
+def compare(
+    *,
+    tps: Sequence[float] = DEFAULT_TPS,
+    scenario: str = "fix-failing-test",
+    profile: str = DEFAULT_PROFILE,
+    repeat: int = 1,
+    designs: Sequence[str] = tuple(DESIGNS),
+    fresh_connection: bool = False,
+    data_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Row]:
+    """Run every design at every speed; one row per (speed, design)."""
+    data_dir = data_dir or default_data_dir()
+    script: Scenario = load_scenario(scenario, data_dir)
+    names, extra_models = models_for(tps, load_catalogue())
+    with tempfile.TemporaryDirectory(prefix="labkit-compare-") as tmp:
+        args = ["--profile", profile]
+        if extra_models:
+            models_file = Path(tmp) / "models.toml"
+            models_file.write_text(extra_models)
+            args += ["--models", str(models_file)]
+        runs: dict[tuple[float, str], list[dict[str, Any]]] = {}
+        with LabkitServer(args=args, db=Path(tmp) / "responses.sqlite3") as server:
+            for speed in tps:
+                for n in range(repeat):
+                    for design in designs:
+                        rollout = Rollout.run(
+                            server.base_url,
+                            design,
+                            script,
+                            model=names[speed],
+                            fresh_connection=fresh_connection,
+                        )
+                        result = summary(rollout.frame())
+                        runs.setdefault((speed, design), []).append(result)
+                        if progress:
+                            progress(
+                                f"{design:>9} @ {speed:g} tok/s  run {n + 1}/{repeat}: "
+                                f"{result['e2e_s']:.2f} s end to end, {result['turns']} turns"
+                            )
+    return _rows(runs, names, designs)
+
+
+def _rows(
+    runs: dict[tuple[float, str], list[dict[str, Any]]], names: dict[float, str], designs: Sequence[str]
+) -> list[Row]:
+    rows = []
+    for speed, model in names.items():
+        medians = {
+            d: {k: statistics.median(r[k] for r in runs[(speed, d)]) for k in runs[(speed, d)][0]}
+            for d in designs
+        }
+        base = medians.get("naive")
+        for design in designs:
+            m = medians[design]
+            rows.append(
+                Row(
+                    design=design,
+                    tps=speed,
+                    model=model,
+                    e2e_s=m["e2e_s"],
+                    ttft_mean_s=m["ttft_mean_s"],
+                    api_share=m["api_share"],
+                    speedup_vs_naive=1 - m["e2e_s"] / base["e2e_s"] if base else float("nan"),
+                    ttft_cut_vs_naive=1 - m["ttft_mean_s"] / base["ttft_mean_s"] if base else float("nan"),
+                    turns=int(m["turns"]),
+                    runs=len(runs[(speed, design)]),
+                )
+            )
+    return rows
+
+
+def format_tables(rows: Sequence[Row]) -> str:
+    """One table per speed, as ``labkit compare`` prints it."""
+    out = []
+    for speed in dict.fromkeys(r.tps for r in rows):
+        group = [r for r in rows if r.tps == speed]
+        out.append(f"\n{group[0].model} ({speed:g} tokens/s), median of {group[0].runs} run(s)")
+        out.append(
+            f"{'design':<10}{'end to end':>12}{'mean TTFT':>11}{'API share':>11}{'time saved vs naive':>21}"
+        )
+        for r in group:
+            out.append(
+                f"{r.design:<10}{r.e2e_s:>10.2f} s{r.ttft_mean_s * 1000:>8.0f} ms{r.api_share:>11.0%}"
+                f"{r.speedup_vs_naive:>21.0%}"
+            )
+    return "\n".join(out)
+
+
+def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
+
+
+def stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ from typing import Any
 from labkit.analysis.metrics import summary
 from labkit.client.agent import Rollout
 from labkit.engine.catalogue import Catalogue, load_catalogue
-from labkit.scenarios import Scenario, load_scenario
+from labkit.scenarios import Scenario, load_scenario, synthetic
 from labkit.server.app import default_data_dir
 from labkit.server.designs import DESIGNS
 from labkit.server.handle import LabkitServer
@@ -85,6 +85,7 @@ def compare(
             args += ["--models", str(models_file)]
         runs: dict[tuple[float, str], list[dict[str, Any]]] = {}
         with LabkitServer(args=args, db=Path(tmp) / "responses.sqlite3") as server:
+            warm_up(server.base_url, designs)
             for speed in tps:
                 for n in range(repeat):
                     for design in designs:
@@ -103,6 +104,14 @@ def compare(
                                 f"{result['e2e_s']:.2f} s end to end, {result['turns']} turns"
                             )
     return _rows(runs, names, designs)
+
+
+def warm_up(base_url: str, designs: Sequence[str]) -> None:
+    """One short rollout per design first, so no design pays the client's and server's
+    first-use costs (imports, connection pools) inside a measured run."""
+    tiny = synthetic(turns=2, output_tokens=8, tool_tokens=16, instruction_tokens=32)
+    for design in designs:
+        Rollout.run(base_url, design, tiny)
 
 
 def _rows(

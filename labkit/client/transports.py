@@ -169,11 +169,13 @@ class WebSocketMode:
         self.design = design
         self._client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
         self._manager = self._client.responses.connect(extra_headers={DESIGN_HEADER: design})
-        self._conn = self._manager.__enter__()
+        self._conn: Any = None
         self._previous: str | None = None
 
     def turn(self, request: TurnRequest) -> TurnResult:
         timer = _Timer()
+        if self._conn is None:  # the socket opens within the first turn, as HTTP's first connection does
+            self._conn = self._manager.__enter__()
         body = _create_body(request)
         if self._previous is None:
             self._conn.response.create(input=request.history, **body)
@@ -190,7 +192,8 @@ class WebSocketMode:
         raise TurnFailed("the socket closed before a terminal event")
 
     def close(self) -> None:
-        self._manager.__exit__(None, None, None)
+        if self._conn is not None:
+            self._manager.__exit__(None, None, None)
         self._client.close()
 
 
@@ -204,21 +207,23 @@ class AppendedRollout:
 
     def __init__(self, base_url: str, api_key: str) -> None:
         url = base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
-        self._ws: ClientConnection = connect(
-            f"{url}/responses?design=appended",
-            additional_headers={"Authorization": f"Bearer {api_key}"},
-            max_size=None,
-        )
+        self._url, self._api_key = f"{url}/responses?design=appended", api_key
+        self._ws: ClientConnection | None = None
         self._response_id: str | None = None
 
     def turn(self, request: TurnRequest) -> TurnResult:
         timer = _Timer()
+        if self._ws is None:  # the socket opens within the first turn
+            self._ws = connect(
+                self._url, additional_headers={"Authorization": f"Bearer {self._api_key}"}, max_size=None
+            )
         if self._response_id is None:
             self._send({"type": "response.create", "input": request.history, **_create_body(request)})
         else:
             self._send({"type": "response.append", "response_id": self._response_id, "input": request.new})
         output: list[Item] = []
         while True:
+            assert self._ws is not None
             event = json.loads(self._ws.recv())
             kind = event["type"]
             timer.see(kind)
@@ -234,10 +239,12 @@ class AppendedRollout:
                 raise TurnFailed(json.dumps(event))
 
     def _send(self, frame: dict[str, Any]) -> None:
+        assert self._ws is not None
         self._ws.send(json.dumps(frame))
 
     def close(self) -> None:
-        self._ws.close()
+        if self._ws is not None:
+            self._ws.close()
 
 
 def open_transport(design: str, base_url: str, api_key: str, *, fresh_connection: bool = False) -> Transport:

@@ -354,6 +354,9 @@ class Pipeline:
                     metadata=req.metadata or {},
                 )
             )
+            if not turn._departed:  # a resumed segment's first event: pay the network before decoding
+                turn._departed = True
+                await self.downlink(turn.trace)
             with turn.trace.stage("decode") as span:
                 before = turn.produced
                 truncated = await self._decode(turn, events, actions, emit)

@@ -108,9 +108,7 @@ def turn_rows(rollout: Rollout) -> list[dict[str, Any]]:
 
 def near(rows: list[dict[str, Any]], target: int, count: int) -> list[dict[str, Any]]:
     """The ``count`` turns (never turn 0) whose prompt is nearest ``target``, within the tolerance."""
-    candidates = [
-        r for r in rows if r["turn"] > 0 and abs(r["prompt_tokens"] - target) <= TOLERANCE * target
-    ]
+    candidates = [r for r in rows if r["turn"] > 0 and abs(r["prompt_tokens"] - target) <= TOLERANCE * target]
     return sorted(candidates, key=lambda r: abs(r["prompt_tokens"] - target))[:count]
 
 
@@ -146,8 +144,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     growth = args.tool_tokens + args.output_tokens + TURN_MARKUP_TOKENS
     turns = math.ceil(max(targets) / growth) + 2
     if turns > MAX_TURNS:
-        sys.exit(f"{turns} turns needed to reach {max(targets):,} tokens; the agent stops at {MAX_TURNS}. "
-                 "Raise --tool-tokens.")
+        sys.exit(
+            f"{turns} turns needed to reach {max(targets):,} tokens; the agent stops at {MAX_TURNS}. "
+            "Raise --tool-tokens."
+        )
     scenario = synthetic(
         turns=turns, output_tokens=args.output_tokens, tool_tokens=args.tool_tokens, instruction_tokens=0
     )
@@ -217,10 +217,12 @@ def format_tables(results: list[dict[str, Any]]) -> str:
     stages = list(dict.fromkeys(s for key in columns for s in by[key]["stage_ms_median"]))
     order = [s for s in STAGE_ORDER if s in stages] + [s for s in stages if s not in STAGE_ORDER]
     heads = "".join(f"{d[:9] + ' ' + label(t):>17}" for d, t in columns)
-    lines += ["", f"median ms per api stage, at the smallest and largest size", f"{'stage':<15}{heads}"]
+    lines += ["", "median ms per api stage, at the smallest and largest size", f"{'stage':<15}{heads}"]
     for stage in order:
         cells = "".join(f"{by[key]['stage_ms_median'].get(stage, 0.0):>17.3f}" for key in columns)
         lines.append(f"{stage:<15}{cells}")
+    totals = "".join(f"{by[key]['api_ms_median']:>17.3f}" for key in columns)
+    lines.append(f"{'total (median)':<15}{totals}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,104 @@
+"""The cost model's formulas on a hand-computed case (round numbers, no CPU costs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.analysis.cost_model import CpuCosts, Shape, TurnShape, end_to_end, mean_ttft, predict
+from labkit.server.profiles import (
+    Auth,
+    Billing,
+    Engine,
+    Intermediary,
+    Network,
+    Profile,
+    Routing,
+    Safety,
+)
+
+PROFILE = Profile(
+    name="hand",
+    network=Network(rtt_ms=20, tcp_handshake_round_trips=1, tls_handshake_round_trips=1),
+    auth=Auth(hop_ms=5),
+    safety=Safety(hop_ms=10, ms_per_1k_tokens=2, fast_hop_ms=4, fast_ms_per_1k_tokens=1),
+    routing=Routing(model_config_hop_ms=8),
+    intermediary=Intermediary(hop_ms=12),
+    billing=Billing(hop_ms=10),
+    engine=Engine(replicas=1, block_size=16, cache_capacity_tokens=100_000, max_concurrent=1),
+)
+SHAPE = Shape(
+    system_tokens=1000,
+    turns=(
+        TurnShape(
+            new_tokens=100, new_items=1, output_items=1, output_tokens=50, output_block_tokens=60, tool_s=0.1
+        ),
+        TurnShape(new_tokens=500, new_items=1, output_items=1, output_tokens=20, output_block_tokens=30),
+    ),
+)
+NO_CPU = CpuCosts(0, 0, 0, 0, 0)
+
+
+def run(design: str) -> list:
+    return predict(design, PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=NO_CPU)
+
+
+def test_naive_by_hand() -> None:
+    first, second = run("naive")
+    # connect 40 + auth 5 + rtt 20 + classifier 10 + 2 ms/1k * 100 + config 8 + intermediary 12
+    # + prefill 1100/10k + first token 1 + 49 more tokens + output classifier 10 + 2 * 0.05 + billing 10
+    # + tools 100
+    assert first.total == pytest.approx(0.3753)
+    assert first.ttft == pytest.approx(0.2062)
+    # history 160 + new 500 scanned; prefill the new 500 + half a block; no new connection
+    assert second.total == pytest.approx(0.14716)
+    assert end_to_end(run("naive")) == pytest.approx(0.52246)
+
+
+def test_websocket_by_hand() -> None:
+    first, second = run("websocket")
+    # handshakes 40 + upgrade 20 at the start; fast classifier; no intermediary; billing overlapped
+    assert first.total == pytest.approx(0.36115)
+    # only the network, the new items' scan and inference remain
+    assert second.total == pytest.approx(0.09932)
+    assert mean_ttft([second]) == pytest.approx(0.020 + 0.0045 + 0.0508 + 0.001)
+
+
+def test_appended_pays_pre_and_post_inference_once() -> None:
+    first, second = run("appended")
+    assert "input_safety" in first.api and "input_safety" not in second.api
+    assert "output_safety" not in first.api and "output_safety" in second.api
+    # the output classifier at the end scans every segment's output: 4 ms + 1 ms/1k * 70
+    assert second.api["output_safety"] == pytest.approx(0.00407)
+
+
+def test_fresh_connections_pay_the_handshake_every_turn() -> None:
+    keep = predict("naive", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=NO_CPU)
+    fresh = predict(
+        "naive", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=NO_CPU, fresh_connection=True
+    )
+    assert end_to_end(fresh) - end_to_end(keep) == pytest.approx(0.040)
+
+
+def test_cpu_costs_scale_with_what_is_sent() -> None:
+    cpu = CpuCosts(1e-6, 2e-6, 1e-3, 1e-6, 0)
+    naive = predict("naive", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
+    ws = predict("websocket", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
+    # turn 2: naive sends 3 items / 660 tokens, websocket 1 item / 500 tokens
+    assert naive[1].api["client_cpu"] == pytest.approx(3e-3 + 660e-6)
+    assert ws[1].api["client_cpu"] == pytest.approx(1e-3 + 500e-6)
+    # naive renders the system block and everything; websocket only the new items
+    assert naive[1].api["render"] == pytest.approx(1660e-6)
+    assert ws[1].api["render"] == pytest.approx(500e-6)
+
+
+def test_shape_of_a_synthetic_scenario() -> None:
+    from labkit.engine.render import encode_block
+    from labkit.scenarios import synthetic
+
+    shape = Shape.of(synthetic(turns=3, output_tokens=20, tool_tokens=100, instruction_tokens=50))
+    assert len(shape.turns) == 3
+    assert all(abs(t.output_tokens - 20) <= 1 for t in shape.turns)  # calls: JSON around a note
+    assert [t.new_items for t in shape.turns] == [1, 1, 1]
+    tool_block = len(encode_block("tool call_id=c", "x" * 0)) + 100  # markup and header, then 100 tokens
+    assert shape.turns[1].new_tokens == shape.turns[2].new_tokens == tool_block
+    assert all(t.output_block_tokens > t.output_tokens for t in shape.turns)

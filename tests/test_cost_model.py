@@ -84,8 +84,8 @@ def test_cpu_costs_scale_with_what_is_sent() -> None:
     naive = predict("naive", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
     ws = predict("websocket", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
     # turn 2: naive sends 3 items / 660 tokens, websocket 1 item / 500 tokens
-    assert naive[1].api["client_cpu"] == pytest.approx(3e-3 + 660e-6)
-    assert ws[1].api["client_cpu"] == pytest.approx(1e-3 + 500e-6)
+    assert naive[1].build == pytest.approx(3e-3 + 660e-6)
+    assert ws[1].build == pytest.approx(1e-3 + 500e-6)
     # naive renders the system block and everything; websocket only the new items
     assert naive[1].api["render"] == pytest.approx(1660e-6)
     assert ws[1].api["render"] == pytest.approx(500e-6)

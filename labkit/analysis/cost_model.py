@@ -159,7 +159,12 @@ class TurnCost:
 
     api: dict[str, float] = field(default_factory=dict)
     inference: dict[str, float] = field(default_factory=dict)
-    client: float = 0.0
+    build: float = 0.0  # the client building the request
+    tools: float = 0.0  # the client running tools
+
+    @property
+    def client(self) -> float:
+        return self.build + self.tools
 
     @property
     def total(self) -> float:
@@ -167,12 +172,14 @@ class TurnCost:
 
     @property
     def ttft(self) -> float:
-        """Send to first delta: everything before decode, plus the first token."""
+        """Send to first delta: building the request, everything before decode, the first token."""
         before = sum(v for k, v in self.api.items() if k not in AFTER_FIRST_TOKEN)
-        return before + self.inference.get("prefill", 0.0) + self.inference.get("first_token", 0.0)
+        return (
+            self.build + before + self.inference.get("prefill", 0.0) + self.inference.get("first_token", 0.0)
+        )
 
 
-AFTER_FIRST_TOKEN = ("output_safety", "billing", "client_cpu_after")
+AFTER_FIRST_TOKEN = ("output_safety", "billing")
 
 
 def predict(
@@ -218,11 +225,8 @@ def predict(
             c.api["routing"] = profile.routing.model_config_hop_ms * ms
         if d.intermediary_hop:
             c.api["intermediary"] = profile.intermediary.hop_ms * ms
-        c.api["client_cpu"] = (
-            sent_items * cpu.client_s_per_sent_item
-            + sent * cpu.client_s_per_sent_token
-            + cpu.fixed_s_per_turn
-        )
+        c.build = sent_items * cpu.client_s_per_sent_item + sent * cpu.client_s_per_sent_token
+        c.api["cpu_fixed"] = cpu.fixed_s_per_turn
         # -- inference: the prefix cache holds everything up to the last full block before the
         # new input, so on average half a block more than the new input is prefilled.
         block = profile.engine.block_size
@@ -237,7 +241,7 @@ def predict(
             c.api["output_safety"] = profile.safety.cost_s(out, fast=d.fast_classifiers)
         if not d.async_billing:
             c.api["billing"] = profile.billing.hop_ms * ms
-        c.client = turn.tool_s
+        c.tools = turn.tool_s
         costs.append(c)
         history += turn.new_tokens + turn.output_block_tokens
         history_items += turn.new_items + turn.output_items

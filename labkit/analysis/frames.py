@@ -3,7 +3,7 @@
 Columns: ``design, turn, stage, bucket, source, start, duration, tokens, response_id``.
 ``bucket`` is where the time goes, in the articles' split: ``api`` (the API
 service, the network included), ``inference`` (queue, prefill, decode) or
-``client`` (tools). The client's instants (``send``, ``first_delta``,
+``client`` (building the request, running tools). The client's instants (``send``, ``first_delta``,
 ``last_delta``, ``done``) are rows of duration 0. ``start`` is seconds on the
 machine's monotonic clock, which server and client share on one machine;
 ``t`` is the same, from the rollout's first send.
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 INFERENCE_STAGES = ("queue", "prefill", "decode")
 CLIENT_INSTANTS = ("send", "first_delta", "last_delta", "done")
+CLIENT_STAGES = ("build", "tool")
 COLUMNS = ["design", "turn", "stage", "bucket", "source", "start", "duration", "tokens", "response_id"]
 
 
@@ -28,7 +29,7 @@ def bucket_of(stage: str) -> str:
     """``bucket_of("prefill") -> 'inference'``; tools are ``client``; the rest is ``api``."""
     if stage in INFERENCE_STAGES:
         return "inference"
-    if stage == "tool" or stage in CLIENT_INSTANTS:
+    if stage in CLIENT_STAGES or stage in CLIENT_INSTANTS:
         return "client"
     return "api"
 
@@ -59,6 +60,9 @@ def _client_rows(rollout: Rollout) -> Iterable[dict[str, Any]]:
                 usage = record.usage or {}
                 tokens = usage.get("output_tokens", 0) if stage == "done" else 0
                 yield {**common, "stage": stage, "start": moment, "tokens": tokens}
+        if record.build is not None:
+            start, end = record.build
+            yield {**common, "stage": "build", "start": start, "duration": end - start, "tokens": 0}
         for tool in record.tools:
             yield {
                 **common,

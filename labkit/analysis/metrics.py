@@ -3,7 +3,8 @@
 - TTFT: the client's send to the first output delta it receives.
 - End to end: the first send to the last turn's terminal event.
 - API overhead of a turn: its wall time (send to the next send, or to the end)
-  minus inference (queue, prefill, decode) minus the client's tools.
+  minus inference (queue, prefill, decode) minus the client's own time
+  (building the request, running tools).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def _instants(frame: pd.DataFrame, stage: str) -> pd.Series:
 
 
 def turns(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per turn: ``wall``, ``ttft``, ``inference``, ``tools``, ``api`` (seconds)."""
+    """Per turn: ``wall``, ``ttft``, ``inference``, ``client``, ``api`` (seconds)."""
     send, done = _instants(frame, "send"), _instants(frame, "done")
     first = _instants(frame, "first_delta").reindex(send.index)
     following = send.shift(-1).fillna(done)
@@ -27,10 +28,10 @@ def turns(frame: pd.DataFrame) -> pd.DataFrame:
             "wall": following - send,
             "ttft": first - send,
             "inference": by_bucket.get("inference", 0.0),
-            "tools": by_bucket.get("client", 0.0),
+            "client": by_bucket.get("client", 0.0),
         }
-    ).fillna({"inference": 0.0, "tools": 0.0})
-    table["api"] = table["wall"] - table["inference"] - table["tools"]
+    ).fillna({"inference": 0.0, "client": 0.0})
+    table["api"] = table["wall"] - table["inference"] - table["client"]
     return table
 
 

@@ -50,6 +50,7 @@ class TurnRecord:
     turn: int
     response_id: str
     sent: float
+    build: tuple[float, float] | None  # building the request, on the client
     first_delta: float | None
     last_delta: float | None
     done: float
@@ -141,6 +142,7 @@ def _record(design: str, turn: int, result: TurnResult) -> TurnRecord:
         turn=turn,
         response_id=result.response_id,
         sent=result.sent,
+        build=result.build,
         first_delta=result.first_delta,
         last_delta=result.last_delta,
         done=result.done,

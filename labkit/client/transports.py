@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from openai import OpenAI
+from openai import DefaultHttpxClient, OpenAI
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.server.designs import DESIGN_HEADER
@@ -39,6 +39,7 @@ class TurnResult:
     response_id: str
     output: list[Item]
     sent: float
+    build: tuple[float, float] | None = None  # the client building and handing over the request
     first_delta: float | None = None
     last_delta: float | None = None
     done: float = 0.0
@@ -72,8 +73,18 @@ class _Timer:
 
     def __init__(self) -> None:
         self.sent = time.perf_counter()
+        self.build_start = self.sent
+        self.built: float | None = None
         self.first: float | None = None
         self.last: float | None = None
+
+    def building(self) -> None:
+        """The client starts building the request (after opening a socket, say)."""
+        self.build_start = time.perf_counter()
+
+    def request_left(self, *_: object) -> None:
+        """The request is handed to the network (an httpx request hook, too)."""
+        self.built = self.built or time.perf_counter()
 
     def see(self, kind: str) -> None:
         if kind in DELTAS:
@@ -86,6 +97,7 @@ class _Timer:
             response_id=response["id"],
             output=output if output is not None else response["output"],
             sent=self.sent,
+            build=(self.build_start, self.built) if self.built else None,
             first_delta=self.first,
             last_delta=self.last,
             done=time.perf_counter(),
@@ -120,6 +132,7 @@ class StatelessHTTP:
         self.base_url, self.api_key = base_url, api_key
         self.fresh_connection = fresh_connection
         self._client: OpenAI | None = None
+        self._timer: _Timer | None = None
 
     def _open(self) -> OpenAI:
         return OpenAI(
@@ -127,14 +140,19 @@ class StatelessHTTP:
             api_key=self.api_key,
             max_retries=0,
             default_headers={DESIGN_HEADER: self.design},
+            http_client=DefaultHttpxClient(event_hooks={"request": [self._request_left]}),
         )
 
+    def _request_left(self, request: object) -> None:
+        if self._timer is not None:
+            self._timer.request_left()
+
     def turn(self, request: TurnRequest) -> TurnResult:
+        timer = self._timer = _Timer()
         client = self._open() if self.fresh_connection or self._client is None else self._client
         if not self.fresh_connection:
             self._client = client
         try:
-            timer = _Timer()
             result = None
             # Read the stream to its end, so the connection goes back to the pool for the next turn.
             with client.responses.create(
@@ -176,11 +194,13 @@ class WebSocketMode:
         timer = _Timer()
         if self._conn is None:  # the socket opens within the first turn, as HTTP's first connection does
             self._conn = self._manager.__enter__()
+        timer.building()
         body = _create_body(request)
         if self._previous is None:
             self._conn.response.create(input=request.history, **body)
         else:
             self._conn.response.create(input=request.new, previous_response_id=self._previous, **body)
+        timer.request_left()
         for event in self._conn:
             timer.see(event.type)
             if event.type in TERMINAL:
@@ -217,10 +237,12 @@ class AppendedRollout:
             self._ws = connect(
                 self._url, additional_headers={"Authorization": f"Bearer {self._api_key}"}, max_size=None
             )
+        timer.building()
         if self._response_id is None:
             self._send({"type": "response.create", "input": request.history, **_create_body(request)})
         else:
             self._send({"type": "response.append", "response_id": self._response_id, "input": request.new})
+        timer.request_left()
         output: list[Item] = []
         while True:
             assert self._ws is not None

@@ -34,19 +34,22 @@ class Replica:
         self.name = name
         self.cache = cache or PrefixCache()
 
-    async def prefill(self, model: ModelSpec, prompt: Sequence[int]) -> Prefill:
-        """Look the prompt up in the cache, spend the time for the rest, cache it."""
-        cached = self.cache.lookup(prompt)
+    async def prefill(self, model: ModelSpec, prompt: Sequence[int], known: Sequence[int] = ()) -> Prefill:
+        """Look the prompt up in the cache, spend the time for the rest, cache it.
+
+        ``known``: block keys already computed for a prefix of the prompt (see ``PrefixCache``).
+        """
+        cached = self.cache.lookup(prompt, known)
         seconds = model.prefill_seconds(len(prompt) - cached)
         if seconds > 0:
             await asyncio.sleep(seconds)
-        self.cache.insert(prompt)
+        self.cache.insert(prompt, known)
         return Prefill(len(prompt), cached, seconds)
 
     def decode(self, model: ModelSpec) -> DecodeClock:
         """A clock for one response's output; pace every output item through it."""
         return DecodeClock(model.decode_tps)
 
-    def retain(self, tokens: Sequence[int]) -> None:
-        """Keep the KV of a finished turn (prompt and output) for the next turn to reuse."""
-        self.cache.insert(tokens)
+    def retain(self, tokens: Sequence[int], known: Sequence[int] = ()) -> list[int]:
+        """Keep the KV of a finished turn (prompt and output) for the next turn; returns the block keys."""
+        return self.cache.insert(tokens, known)

@@ -9,7 +9,7 @@ is why ``cached_tokens`` is always a multiple of the block size.
     >>> cache = PrefixCache(block_size=4, capacity_tokens=64)
     >>> cache.lookup(list(range(10)))
     0
-    >>> cache.insert(list(range(10)))
+    >>> _ = cache.insert(list(range(10)))
     >>> cache.lookup(list(range(10)) + [99])
     8
 """
@@ -49,19 +49,25 @@ class PrefixCache:
         """Number of cached blocks."""
         return len(self._blocks)
 
-    def block_keys(self, tokens: Sequence[int]) -> list[int]:
-        """The chained key of every full block of ``tokens``."""
-        keys, parent = [], 0
+    def block_keys(self, tokens: Sequence[int], known: Sequence[int] = ()) -> list[int]:
+        """The chained key of every full block of ``tokens``.
+
+        ``known`` are keys already computed for a prefix of the same tokens (say,
+        of the conversation before this turn's items): only the blocks after them
+        are hashed, so a growing conversation costs only its growth.
+        """
         size = self.block_size
-        for start in range(0, len(tokens) - size + 1, size):
+        keys = list(known[: len(tokens) // size])
+        parent = keys[-1] if keys else 0
+        for start in range(len(keys) * size, len(tokens) - size + 1, size):
             parent = hash((parent, *tokens[start : start + size]))
             keys.append(parent)
         return keys
 
-    def lookup(self, tokens: Sequence[int]) -> int:
+    def lookup(self, tokens: Sequence[int], known: Sequence[int] = ()) -> int:
         """How many leading tokens of ``tokens`` are cached (a multiple of the block size)."""
         hits = []
-        for key in self.block_keys(tokens):
+        for key in self.block_keys(tokens, known):
             if key not in self._blocks:
                 break
             hits.append(key)
@@ -72,15 +78,16 @@ class PrefixCache:
         self.stats.miss_tokens += len(tokens) - cached
         return cached
 
-    def insert(self, tokens: Sequence[int]) -> None:
-        """Cache every full block of ``tokens``, evicting least recently used blocks."""
-        keys = self.block_keys(tokens)
+    def insert(self, tokens: Sequence[int], known: Sequence[int] = ()) -> list[int]:
+        """Cache every full block of ``tokens``, evicting least recently used blocks; returns their keys."""
+        keys = self.block_keys(tokens, known)
         for key in keys:
             self._blocks.setdefault(key, None)
         self._refresh(keys)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)
             self.stats.evicted_blocks += 1
+        return keys
 
     def _refresh(self, keys: list[int]) -> None:
         for key in reversed(keys):

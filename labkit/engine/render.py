@@ -173,6 +173,8 @@ class TokenBuffer:
     ids: list[int] = field(default_factory=list)
     items: int = 0
     encoded: int = 0
+    # Prefix-cache block keys of ``ids`` (another reusable artifact: a follow-up hashes only new blocks).
+    block_keys: list[int] = field(default_factory=list)
 
     @classmethod
     def start(cls, instructions: str | None, tools: Sequence[Item]) -> TokenBuffer:
@@ -201,7 +203,9 @@ class TokenBuffer:
 
     def fork(self) -> TokenBuffer:
         """A copy to extend, with its work counter at zero (the cached tokens cost nothing)."""
-        return TokenBuffer(key=self.key, ids=list(self.ids), items=self.items, encoded=0)
+        return TokenBuffer(
+            key=self.key, ids=list(self.ids), items=self.items, encoded=0, block_keys=list(self.block_keys)
+        )
 
     def prompt(self) -> list[int]:
         """The ids the model is run on: the conversation plus the assistant's turn opener."""

@@ -55,7 +55,7 @@ from labkit.server.billing import Billing, Charge, Ledger
 from labkit.server.designs import Design
 from labkit.server.network import ConnectionTracker
 from labkit.server.profiles import Profile
-from labkit.server.render_cache import RenderCache, prefix_keys
+from labkit.server.render_cache import PrefixHasher, RenderCache
 from labkit.server.routing import Router
 from labkit.server.safety import scan
 from labkit.server.store import ResponseStore
@@ -75,6 +75,7 @@ class Conversation:
     buffer: TokenBuffer
     model: ModelSpec
     replica: Replica
+    hasher: PrefixHasher | None = None  # the render cache's running key over ``items``
 
 
 @dataclass
@@ -93,6 +94,7 @@ class Turn:
     settled: int = 0  # outputs already moved into ``appended``
     source: str = "none"
     buffer: TokenBuffer | None = None
+    hasher: PrefixHasher | None = None
     model: ModelSpec | None = None
     replica: Replica | None = None
     policy: Policy | None = None
@@ -268,11 +270,13 @@ class Pipeline:
         assert req is not None
         with turn.trace.stage("render") as span:
             key = header_key(req.instructions, req.tools)
-            if turn.cache_hit and turn.cached is not None and turn.cached.buffer.key == key:
-                buffer, todo, span.detail["cache"] = turn.cached.buffer.fork(), turn.new_items, "connection"
+            cached = turn.cached if turn.cache_hit else None
+            if cached is not None and cached.buffer.key == key:
+                buffer, todo, span.detail["cache"] = cached.buffer.fork(), turn.new_items, "connection"
+                turn.hasher = cached.hasher.copy() if cached.hasher else None
             elif turn.design.render_cache:
-                keys = prefix_keys(key, turn.items)
-                found, used = self.render_cache.longest_prefix(keys)
+                turn.hasher = PrefixHasher(key)
+                found, used = self.render_cache.longest_prefix(turn.hasher.extend(turn.items))
                 buffer = found or TokenBuffer.start(req.instructions, req.tools)
                 todo, span.detail["cache"] = turn.items[used:], "render_cache" if found else "miss"
             else:
@@ -338,7 +342,7 @@ class Pipeline:
             await self.slots[replica.name].acquire()
         try:
             with turn.trace.stage("prefill") as span:
-                prefill: Prefill = await replica.prefill(model, buffer.prompt())
+                prefill: Prefill = await replica.prefill(model, buffer.prompt(), buffer.block_keys)
                 span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
             turn.prompt_tokens += prefill.prompt_tokens
             turn.cached_tokens += prefill.cached_tokens
@@ -422,11 +426,13 @@ class Pipeline:
         assert turn.buffer is not None and turn.replica is not None
         with turn.trace.stage("retain") as span:
             span.tokens = self.settle(turn)
-            turn.replica.retain(turn.buffer.ids)
+            turn.buffer.block_keys = turn.replica.retain(turn.buffer.ids, turn.buffer.block_keys)
             if turn.design.render_cache:
-                keys = prefix_keys(turn.buffer.key, turn.items)
-                if keys:
-                    self.render_cache.put(keys[-1], turn.buffer)
+                hasher = turn.hasher or PrefixHasher(turn.buffer.key)
+                hasher.extend(turn.items[hasher.count :])
+                turn.hasher = hasher
+                if hasher.last is not None:
+                    self.render_cache.put(hasher.last, turn.buffer)
 
     def storage(self, turn: Turn) -> None:
         req = turn.req
@@ -503,6 +509,7 @@ class Pipeline:
             buffer=turn.buffer,
             model=turn.model,
             replica=turn.replica,
+            hasher=turn.hasher,
         )
 
     async def respond_appended(

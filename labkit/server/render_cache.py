@@ -25,14 +25,38 @@ from typing import Any
 from labkit.engine.render import TokenBuffer, item_block
 
 
+class PrefixHasher:
+    """A running hash over the system block and then item after item.
+
+    Key ``i`` names the system block and items ``0..i``: equal keys, equal tokens.
+    It can be copied and extended, so a conversation that grows is hashed only
+    where it grew.
+    """
+
+    def __init__(self, header: str) -> None:
+        self._running = hashlib.sha256(header.encode())
+        self.count = 0  # items hashed so far
+        self.last: str | None = None  # the key after the last item
+
+    def extend(self, items: Sequence[dict[str, Any]]) -> list[str]:
+        keys = []
+        for item in items:
+            block_header, body = item_block(item)
+            self._running.update(b"\x00" + block_header.encode() + b"\x01" + body.encode())
+            keys.append(self._running.copy().hexdigest())
+        self.count += len(keys)
+        self.last = keys[-1] if keys else self.last
+        return keys
+
+    def copy(self) -> PrefixHasher:
+        twin = PrefixHasher.__new__(PrefixHasher)
+        twin._running, twin.count, twin.last = self._running.copy(), self.count, self.last
+        return twin
+
+
 def prefix_keys(header: str, items: Sequence[dict[str, Any]]) -> list[str]:
-    """Key ``i`` names the system block and items ``0..i``; equal keys render equal tokens."""
-    keys, running = [], hashlib.sha256(header.encode())
-    for item in items:
-        block_header, body = item_block(item)
-        running.update(b"\x00" + block_header.encode() + b"\x01" + body.encode())
-        keys.append(running.copy().hexdigest())
-    return keys
+    """The key of every prefix of ``items`` (see ``PrefixHasher``)."""
+    return PrefixHasher(header).extend(items)
 
 
 class RenderCache:

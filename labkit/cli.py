@@ -14,6 +14,7 @@ import uvicorn
 from labkit.server.app import ServerConfig, create_app
 from labkit.server.auth import keys_from_env
 from labkit.server.designs import DESIGNS
+from labkit.server.network import TrackedH11Protocol
 from labkit.server.profiles import DEFAULT_PROFILE
 
 READY_LINE = "labkit: serving on http://{host}:{port}/v1"
@@ -52,7 +53,13 @@ def serve(args: argparse.Namespace) -> None:
     sock.bind((args.host, args.port))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(create_app(config), log_level=args.log_level, lifespan="on", ws_ping_interval=None)
+        uvicorn.Config(
+            create_app(config),
+            log_level=args.log_level,
+            lifespan="on",
+            ws_ping_interval=None,
+            http=TrackedH11Protocol,
+        )
     )
 
     async def run() -> None:

@@ -15,11 +15,14 @@ computed from the real items, not from constants.
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
+import struct
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +131,10 @@ def one_turn(transport: StatelessHTTP, text: str = "Say hello.") -> TurnResult:
 
 def ws_connect(server: LabkitServer, query: str = "", **headers: str) -> ClientConnection:
     return connect(
-        server.ws_url + query, additional_headers={**auth_headers(), **headers}, open_timeout=10, max_size=None
+        server.ws_url + query,
+        additional_headers={**auth_headers(), **headers},
+        open_timeout=10,
+        max_size=None,
     )
 
 
@@ -198,7 +204,9 @@ def observed(local: LabkitServer) -> dict[str, Observed]:
     with pytest.MonkeyPatch.context() as patch:
         for design in DESIGNS:
             log: list[tuple[TurnRequest, TurnResult]] = []
-            patch.setattr(agent, "open_transport", lambda *a, log=log, **k: Recording(real_open(*a, **k), log))
+            patch.setattr(
+                agent, "open_transport", lambda *a, log=log, **k: Recording(real_open(*a, **k), log)
+            )
             rollout = Rollout.run(local.base_url, design, SCENARIO, model=MODEL)
             runs[design] = Observed(design, rollout, [r for r, _ in log], [r for _, r in log])
     return runs
@@ -230,8 +238,8 @@ def test_naive_scans_and_renders_the_whole_history_every_turn(observed: dict[str
         assert render["tokens"] == render["detail"]["prompt_tokens"]  # the whole prompt, every turn
         safety_tokens.append(safety["tokens"])
         render_tokens.append(render["tokens"])
-    assert all(b > a for a, b in zip(safety_tokens, safety_tokens[1:], strict=False))
-    assert all(b > a for a, b in zip(render_tokens, render_tokens[1:], strict=False))
+    assert all(b > a for a, b in pairwise(safety_tokens))
+    assert all(b > a for a, b in pairwise(render_tokens))
     # Each turn the history grows by a call and its ~200-token output, and all of it is redone.
     assert render_tokens[-1] - render_tokens[0] > (TURNS - 1) * TOOL_TOKENS
 
@@ -256,9 +264,10 @@ def test_websocket_scans_and_renders_only_the_new_items(observed: dict[str, Obse
         bodies.add(render["tokens"] - len(encode_text(header)))
         # The prompt still grows with the whole conversation: rendered tokens were appended to.
         before = run.spans(turn - 1)
-        grown = sum(
-            by_stage(before)[stage]["tokens"] for stage in ("retain", "decode")
-        ) + by_stage(before)["render"]["detail"]["prompt_tokens"]
+        grown = (
+            sum(by_stage(before)[stage]["tokens"] for stage in ("retain", "decode"))
+            + by_stage(before)["render"]["detail"]["prompt_tokens"]
+        )
         assert render["detail"]["prompt_tokens"] == grown + render["tokens"]
     assert bodies == {TOOL_TOKENS + 3}
 
@@ -375,7 +384,9 @@ def test_blocking_designs_write_the_row_before_answering(billing_server: LabkitS
 
 
 @pytest.mark.parametrize("design", ["naive", "sprint"])
-def test_sse_client_closing_after_completion_is_billed_once(billing_server: LabkitServer, design: str) -> None:
+def test_sse_client_closing_after_completion_is_billed_once(
+    billing_server: LabkitServer, design: str
+) -> None:
     body = {"model": MODEL, "input": "Say hello.", "stream": True, "store": False}
     completed = None
     with (
@@ -419,8 +430,10 @@ def test_shutdown_drains_the_overlapped_billing_queue(slow_billing: Path, tmp_pa
     finally:
         srv.close()
     with sqlite3.connect(db) as conn:
-        counts = {rid: conn.execute("SELECT COUNT(*) FROM billing WHERE response_id = ?", (rid,)).fetchone()[0]
-                  for rid in ids}
+        counts = {
+            rid: conn.execute("SELECT COUNT(*) FROM billing WHERE response_id = ?", (rid,)).fetchone()[0]
+            for rid in ids
+        }
         total = conn.execute("SELECT COUNT(*) FROM billing").fetchone()[0]
     assert counts == dict.fromkeys(ids, 1)
     assert total == len(ids)
@@ -456,6 +469,45 @@ def test_fresh_httpx_client_per_request_is_a_new_connection(server: LabkitServer
         assert reply.status_code == 200, reply.text
         connect_span = by_stage(trace(server.base_url, reply.json()["id"]))["connect"]
         assert connect_span["detail"]["new_connection"] is True
+
+
+def raw_request_from(port: int, server: LabkitServer) -> str:
+    """One HTTP/1.1 request over a new TCP connection bound to ``port``, then a reset (no TIME_WAIT)."""
+    url = httpx.URL(server.base_url)
+    host, server_port = url.host, url.port
+    body = json.dumps({"model": MODEL, "input": "Hi.", "store": False}).encode()
+    head = (
+        f"POST /v1/responses HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {API_KEY}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.settimeout(30)
+        sock.bind(("127.0.0.1", port))
+        sock.connect((host, server_port))
+        sock.sendall(head.encode() + body)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        header, rest = data.split(b"\r\n\r\n", 1)
+        length = next(
+            int(line.split(b":")[1])
+            for line in header.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        while len(rest) < length:
+            rest += sock.recv(65536)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+    return json.loads(rest)["id"]
+
+
+def test_a_new_connection_from_a_reused_port_pays_the_handshake(server: LabkitServer) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ids = [raw_request_from(port, server) for _ in range(2)]  # two TCP connections, one after the other
+    opened = [by_stage(trace(server.base_url, rid))["connect"]["detail"]["new_connection"] for rid in ids]
+    assert opened == [True, True]
 
 
 def test_websocket_set_up_is_reported_with_the_first_response_only(server: LabkitServer) -> None:
@@ -665,7 +717,9 @@ def test_rollout_frame(observed: dict[str, Observed], design: str) -> None:
     assert set(frame["bucket"]) <= {"api", "inference", "client"}
     assert set(frame["source"]) == {"server", "client"}
     for stage in ("send", "done"):
-        assert frame[frame["stage"] == stage].groupby("turn").size().to_dict() == dict.fromkeys(range(TURNS), 1)
+        assert frame[frame["stage"] == stage].groupby("turn").size().to_dict() == dict.fromkeys(
+            range(TURNS), 1
+        )
     tools = frame[frame["stage"] == "tool"].groupby("turn").size()
     for record in run.rollout.records:
         assert tools.get(record.turn, 0) == len(record.calls)

@@ -11,17 +11,25 @@ one that keeps its connection alive does not.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 # Enough to remember every live connection of a busy workshop.
 MAX_REMEMBERED = 65_536
 
 
 class ConnectionTracker:
-    """Remembers which client addresses (host, port) have connected before."""
+    """Remembers which client addresses (host, port) have a connection open.
+
+    The HTTP server tells every tracker when a connection closes, so a later
+    connection that happens to reuse the port counts as new again.
+    """
 
     def __init__(self) -> None:
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+        _TRACKERS.add(self)
 
     def is_new(self, client: tuple[str, int] | None) -> bool:
         """True the first time a (host, port) is seen: a new TCP connection."""
@@ -39,3 +47,15 @@ class ConnectionTracker:
     def forget(self, client: tuple[str, int] | None) -> None:
         if client is not None:
             self._seen.pop((str(client[0]), int(client[1])), None)
+
+
+_TRACKERS: weakref.WeakSet[ConnectionTracker] = weakref.WeakSet()
+
+
+class TrackedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, which also reports closed connections to the trackers."""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for tracker in list(_TRACKERS):
+            tracker.forget(self.client)
+        super().connection_lost(exc)

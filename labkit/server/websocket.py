@@ -48,6 +48,7 @@ class Lane:
     queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
     appends: asyncio.Queue[list[Any]] = field(default_factory=asyncio.Queue)
     in_rollout: bool = False  # an appended rollout is running and takes response.append
+    rollout_id: str | None = None  # ... the id of that rollout's response
     cache: Conversation | None = None
     worker: asyncio.Task[None] | None = None
 
@@ -139,6 +140,12 @@ class WebSocketSession:
         lane = self.lanes.get(payload.get("stream_id"))
         if lane is None or not lane.in_rollout:
             raise invalid_request("No response on this connection is waiting for response.append.")
+        if payload.get("response_id") != lane.rollout_id:
+            raise invalid_request(
+                f"Response '{payload.get('response_id')}' is not waiting for response.append on this "
+                f"stream; '{lane.rollout_id}' is.",
+                param="response_id",
+            )
         items = payload.get("input")
         if not isinstance(items, list):
             raise invalid_request("'input' of response.append must be a list of items.", param="input")
@@ -188,7 +195,7 @@ class WebSocketSession:
             await self.pipeline.uplink(turn.trace)
             await self.pipeline.before_inference(turn, body)
             if self.design.appended:
-                lane.in_rollout = True
+                lane.in_rollout, lane.rollout_id = True, turn.response["id"]
                 lane.cache = await self.pipeline.respond_appended(turn, emit, lane.appends.get)
             else:
                 lane.cache = await self.pipeline.respond(turn, emit)
@@ -200,7 +207,7 @@ class WebSocketSession:
                 lane.cache = None  # a failed turn evicts what it referenced
             await self.send(failure(exc).ws_event(), lane.stream_id)
         finally:
-            lane.in_rollout = False
+            lane.in_rollout, lane.rollout_id = False, None
             while not lane.appends.empty():
                 lane.appends.get_nowait()
 

@@ -17,3 +17,11 @@ def test_readme_sdk_snippet_runs(server: LabkitServer, capsys) -> None:
     printed = capsys.readouterr().out
     assert "function_call read_file" in printed
     assert "prompt tokens served from cache" in printed
+
+
+def test_readme_python_snippets_that_start_their_own_server_run() -> None:
+    snippets = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[1:]
+    assert snippets, "the README shows how to start a server from Python"
+    for snippet in snippets:
+        assert "LabkitServer()" in snippet
+        exec(snippet, {})

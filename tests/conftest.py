@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from openai import OpenAI
 
@@ -77,3 +78,22 @@ def collapse_deltas(types: list[str]) -> list[str]:
         if not (out and kind == out[-1] and kind.endswith(".delta")):
             out.append(kind)
     return out
+
+
+def server_spans(base_url: str, response_id: str, key: str = API_KEY) -> list[dict]:
+    """The server's spans for one response (``GET /v1/labkit/traces``), in the order they ran."""
+    reply = httpx.get(
+        f"{base_url}/labkit/traces",
+        params={"response_id": response_id},
+        headers=auth_headers(key),
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    return reply.json()["data"]
+
+
+def by_stage(spans: list[dict]) -> dict[str, dict]:
+    """Spans keyed by stage, for responses where each stage runs once."""
+    found = {span["stage"]: span for span in spans}
+    assert len(found) == len(spans), f"a stage ran twice: {[s['stage'] for s in spans]}"
+    return found

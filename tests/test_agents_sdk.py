@@ -17,6 +17,7 @@ import httpx
 from agents import Agent, ModelSettings, Runner, RunResult, function_tool
 from agents.items import ToolCallItem, ToolCallOutputItem
 from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponsesWSModel
+from conftest import API_KEY, server_spans
 from openai import AsyncOpenAI
 
 from labkit.server.handle import LabkitServer
@@ -24,7 +25,6 @@ from labkit.server.handle import LabkitServer
 agents.set_tracing_disabled(True)
 
 MODEL = "labkit-spark"
-API_KEY = "sk-labkit-test"
 
 
 def make_agent(model: OpenAIResponsesModel, calls: list[tuple[int, int]]) -> Agent:
@@ -81,14 +81,7 @@ def fetch_response(server: LabkitServer, response_id: str) -> dict[str, Any]:
 
 def hydrate_source(server: LabkitServer, response_id: str) -> str | None:
     """Where labkit found the chained-on state for this response (from its trace spans)."""
-    reply = httpx.get(
-        f"{server.base_url}/labkit/traces",
-        params={"response_id": response_id},
-        headers={"Authorization": f"Bearer {API_KEY}"},
-        timeout=10,
-    )
-    assert reply.status_code == 200, reply.text
-    spans = [s for s in reply.json()["data"] if s["stage"] == "hydration"]
+    spans = [s for s in server_spans(server.base_url, response_id) if s["stage"] == "hydration"]
     return spans[0]["detail"].get("source") if spans else None
 
 

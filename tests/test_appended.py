@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import auth_headers
+from conftest import auth_headers, server_spans
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.client.agent import Rollout
@@ -103,17 +103,6 @@ def open_socket(server: LabkitServer, query: str = "?design=appended", **headers
     return Socket(ws)
 
 
-def trace(server: LabkitServer, response_id: str) -> list[dict[str, Any]]:
-    reply = httpx.get(
-        f"{server.base_url}/labkit/traces",
-        params={"response_id": response_id},
-        headers=auth_headers(),
-        timeout=30,
-    )
-    assert reply.status_code == 200, reply.text
-    return reply.json()["data"]
-
-
 def ledger_rows(server: LabkitServer, response_id: str, deadline_s: float = 10.0) -> list[tuple[Any, ...]]:
     """The response's ledger rows, polled until one appears (billing is overlapped) or time is up."""
     deadline = time.monotonic() + deadline_s
@@ -183,7 +172,7 @@ def run(server: LabkitServer) -> Run:
 
 @pytest.fixture(scope="module")
 def spans(server: LabkitServer, run: Run) -> list[dict[str, Any]]:
-    return trace(server, run.response["id"])
+    return server_spans(server.base_url, run.response["id"])
 
 
 # ---------------------------------------------------------------- opting in
@@ -386,7 +375,7 @@ def test_a_bad_append_is_refused_and_the_rollout_keeps_waiting(
             resumed = sock.append(response_id=pause["response_id"], input=outputs_for(resumed[-1]))
         assert resumed[-1]["type"] == "response.completed"
         assert resumed[-1]["response"]["id"] == pause["response_id"]
-    spans = trace(server, pause["response_id"])
+    spans = server_spans(server.base_url, pause["response_id"])
     assert [s["segment"] for s in spans if s["stage"] == "validation"] == list(range(TURNS))
 
 

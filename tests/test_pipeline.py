@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
-from conftest import API_KEY, auth_headers
+from conftest import API_KEY, auth_headers, by_stage, server_spans
 from openai import OpenAI
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
@@ -71,20 +71,6 @@ def block_tokens(items: list[dict[str, Any]]) -> int:
 def scanned_tokens(items: list[dict[str, Any]]) -> int:
     """Tokens the safety classifier reads for these items."""
     return scan(item_texts(items)).tokens
-
-
-def trace(base_url: str, response_id: str) -> list[dict[str, Any]]:
-    reply = httpx.get(
-        f"{base_url}/labkit/traces", params={"response_id": response_id}, headers=auth_headers(), timeout=30
-    )
-    assert reply.status_code == 200, reply.text
-    return reply.json()["data"]
-
-
-def by_stage(spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    found = {span["stage"]: span for span in spans}
-    assert len(found) == len(spans), f"a stage ran twice: {[s['stage'] for s in spans]}"
-    return found
 
 
 def ledger(db: Path, response_id: str) -> list[tuple[Any, ...]]:
@@ -379,7 +365,7 @@ def test_blocking_designs_write_the_row_before_answering(billing_server: LabkitS
     response = reply.json()
     rows = ledger(billing_server.db, response["id"])  # no waiting: it must be there already
     assert rows == [("completed", response["usage"]["input_tokens"], 0, response["usage"]["output_tokens"])]
-    billing = by_stage(trace(billing_server.base_url, response["id"]))["billing"]
+    billing = by_stage(server_spans(billing_server.base_url, response["id"]))["billing"]
     assert billing["detail"]["overlapped"] is False
 
 
@@ -414,7 +400,7 @@ def test_ws_client_disconnecting_after_completion_is_billed_once(billing_server:
     # The socket is closed; the overlapped charge is still on its way to the ledger.
     rows = wait_for_rows(billing_server.db, [response["id"]])[response["id"]]
     assert [row[0] for row in rows] == ["completed"]
-    billing = by_stage(trace(billing_server.base_url, response["id"]))["billing"]
+    billing = by_stage(server_spans(billing_server.base_url, response["id"]))["billing"]
     assert billing["detail"]["overlapped"] is True
 
 
@@ -447,7 +433,7 @@ def test_new_connection_per_request_pays_the_handshake_every_time(server: Labkit
     ids = [one_turn(transport).response_id for _ in range(3)]
     transport.close()
     for rid in ids:
-        assert by_stage(trace(server.base_url, rid))["connect"]["detail"] == {"new_connection": True}
+        assert by_stage(server_spans(server.base_url, rid))["connect"]["detail"] == {"new_connection": True}
 
 
 def test_keep_alive_client_pays_the_handshake_once(server: LabkitServer) -> None:
@@ -456,7 +442,9 @@ def test_keep_alive_client_pays_the_handshake_once(server: LabkitServer) -> None
         ids = [one_turn(transport).response_id for _ in range(3)]
     finally:
         transport.close()
-    opened = [by_stage(trace(server.base_url, rid))["connect"]["detail"]["new_connection"] for rid in ids]
+    opened = [
+        by_stage(server_spans(server.base_url, rid))["connect"]["detail"]["new_connection"] for rid in ids
+    ]
     assert opened == [True, False, False]
 
 
@@ -467,7 +455,7 @@ def test_fresh_httpx_client_per_request_is_a_new_connection(server: LabkitServer
                 f"{server.base_url}/responses", json={"model": MODEL, "input": "Hi."}, headers=auth_headers()
             )
         assert reply.status_code == 200, reply.text
-        connect_span = by_stage(trace(server.base_url, reply.json()["id"]))["connect"]
+        connect_span = by_stage(server_spans(server.base_url, reply.json()["id"]))["connect"]
         assert connect_span["detail"]["new_connection"] is True
 
 
@@ -506,7 +494,9 @@ def test_a_new_connection_from_a_reused_port_pays_the_handshake(server: LabkitSe
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     ids = [raw_request_from(port, server) for _ in range(2)]  # two TCP connections, one after the other
-    opened = [by_stage(trace(server.base_url, rid))["connect"]["detail"]["new_connection"] for rid in ids]
+    opened = [
+        by_stage(server_spans(server.base_url, rid))["connect"]["detail"]["new_connection"] for rid in ids
+    ]
     assert opened == [True, True]
 
 
@@ -515,9 +505,9 @@ def test_websocket_set_up_is_reported_with_the_first_response_only(server: Labki
         first = ws_turn(ws, input="Say hello.", store=False)
         second = ws_turn(ws, input=[{"role": "user", "content": "Again."}], previous_response_id=first["id"])
         third = ws_turn(ws, input="Unrelated.", store=False)
-    stages = [[s["stage"] for s in trace(server.base_url, r["id"])] for r in (first, second, third)]
+    stages = [[s["stage"] for s in server_spans(server.base_url, r["id"])] for r in (first, second, third)]
     assert stages[0][:3] == ["connect", "upgrade", "auth"]
-    assert by_stage(trace(server.base_url, first["id"]))["connect"]["detail"]["new_connection"] is True
+    assert by_stage(server_spans(server.base_url, first["id"]))["connect"]["detail"]["new_connection"] is True
     for later in stages[1:]:
         assert not {"connect", "upgrade", "auth"} & set(later), later
 
@@ -539,7 +529,7 @@ def conversation(client: OpenAI, turns: int, **options: Any) -> list[Any]:
 
 
 def replica_of(server: LabkitServer, response_id: str) -> str:
-    return by_stage(trace(server.base_url, response_id))["routing"]["detail"]["replica"]
+    return by_stage(server_spans(server.base_url, response_id))["routing"]["detail"]["replica"]
 
 
 def test_prompt_cache_key_keeps_a_conversation_on_one_replica(client: OpenAI, server: LabkitServer) -> None:
@@ -564,7 +554,7 @@ def test_a_websocket_connection_stays_on_one_replica(server: LabkitServer) -> No
         ids = [ws_turn(ws, input=f"Hello {i}.", store=False)["id"] for i in range(4)]
         chained = ws_turn(ws, input="And again.", previous_response_id=ids[-1], store=False)["id"]
     assert len({replica_of(server, rid) for rid in ids}) == 1
-    assert by_stage(trace(server.base_url, chained))["routing"]["detail"] == {"reused": True}
+    assert by_stage(server_spans(server.base_url, chained))["routing"]["detail"] == {"reused": True}
 
 
 # ---------------------------------------------------------------- 5. design selection
@@ -606,7 +596,7 @@ def two_http_turns(base_url: str, **headers: str) -> tuple[list[dict[str, Any]],
             reply = http.post(f"{base_url}/responses", json=body)
             assert reply.status_code == 200, reply.text
             response = reply.json()
-            spans.append(trace(base_url, response["id"]))
+            spans.append(server_spans(base_url, response["id"]))
             history = [*history, *response["output"], {"role": "user", "content": "More."}]
     return spans[0], spans[1]
 
@@ -625,7 +615,7 @@ def test_websocket_without_a_design_is_websocket(server: LabkitServer) -> None:
     with ws_connect(server) as ws:
         first = ws_turn(ws, input="Say hello.", store=False)
         second = ws_turn(ws, input="More.", previous_response_id=first["id"], store=False)
-    spans = by_stage(trace(server.base_url, second["id"]))
+    spans = by_stage(server_spans(server.base_url, second["id"]))
     assert spans["hydration"]["detail"]["source"] == "connection_cache"
     assert spans["render"]["detail"]["cache"] == "connection"
     assert spans["billing"]["detail"]["overlapped"] is True

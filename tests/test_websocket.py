@@ -19,9 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
 import pytest
-from conftest import READ_FILE_TOOL, auth_headers
+from conftest import READ_FILE_TOOL, by_stage, server_spans
 from openai import NotFoundError, OpenAI
 from openai.resources.responses.responses import ResponsesConnection
 
@@ -79,17 +78,7 @@ def completed(conn: ResponsesConnection, **create: Any) -> Any:
 
 def spans(server: LabkitServer, response_id: str) -> dict[str, dict[str, Any]]:
     """The server's spans for a response, by stage."""
-    reply = httpx.get(
-        f"{server.base_url}/labkit/traces",
-        params={"response_id": response_id},
-        headers=auth_headers(),
-        timeout=30,
-    )
-    assert reply.status_code == 200, reply.text
-    data = reply.json()["data"]
-    by_stage = {span["stage"]: span for span in data}
-    assert len(by_stage) == len(data), "a stage ran twice"
-    return by_stage
+    return by_stage(server_spans(server.base_url, response_id))
 
 
 def block_tokens(item: dict[str, Any]) -> int:

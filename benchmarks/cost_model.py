@@ -18,8 +18,8 @@ import json
 from labkit.analysis.compare import compare, models_for, stderr_progress
 from labkit.analysis.cost_model import CpuCosts, Shape, end_to_end, mean_ttft, predict
 from labkit.engine.catalogue import load_catalogue
+from labkit.paths import default_data_dir
 from labkit.scenarios import load_scenario
-from labkit.server.app import default_data_dir
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 
 

@@ -28,8 +28,8 @@ from websockets.sync.client import ClientConnection, connect
 from labkit.client.agent import Rollout
 from labkit.engine.policies import text_of_tokens
 from labkit.engine.render import GENERATION_PROMPT, encode_block, item_block
+from labkit.paths import default_data_dir
 from labkit.scenarios import FETCH_TOOL, synthetic
-from labkit.server.app import default_data_dir
 from labkit.server.designs import DESIGN_HEADER
 from labkit.server.handle import LabkitServer
 

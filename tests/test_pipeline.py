@@ -41,8 +41,8 @@ from labkit.client.agent import Rollout
 from labkit.client.transports import StatelessHTTP, Transport, TurnRequest, TurnResult
 from labkit.engine.render import encode_block, item_block
 from labkit.engine.tokenizer import encode_text
+from labkit.paths import default_data_dir
 from labkit.scenarios import synthetic
-from labkit.server.app import default_data_dir
 from labkit.server.designs import DESIGN_HEADER
 from labkit.server.handle import LabkitServer
 from labkit.server.pipeline import item_texts

@@ -18,7 +18,6 @@ import pytest
 
 from labkit.client import tools
 from labkit.client.tools import (
-    DATA_DIR,
     MAX_MATCHES,
     SAMPLE_REPO,
     SPECS_BY_NAME,
@@ -35,7 +34,9 @@ from labkit.client.tools import (
 )
 from labkit.engine.policies import Call, Say, ScriptedPolicy
 from labkit.engine.tokenizer import encode_text
+from labkit.paths import default_data_dir
 
+DATA_DIR = default_data_dir()
 SCENARIO_FILE = DATA_DIR / "scenarios" / "fix-failing-test.json"
 SCENARIO: dict[str, Any] = json.loads(SCENARIO_FILE.read_text())
 CALLS: list[dict[str, Any]] = [step["call"] for step in SCENARIO["steps"] if "call" in step]

@@ -19,8 +19,8 @@ from typing import Any
 from labkit.analysis.metrics import summary
 from labkit.client.agent import Rollout
 from labkit.engine.catalogue import Catalogue, load_catalogue
+from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario, synthetic
-from labkit.server.app import default_data_dir
 from labkit.server.designs import DESIGNS
 from labkit.server.handle import LabkitServer
 from labkit.server.profiles import DEFAULT_PROFILE

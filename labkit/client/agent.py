@@ -25,8 +25,8 @@ import httpx
 from labkit.client.tools import TOOL_SPECS, Sandbox, run_tool
 from labkit.client.transports import TurnRequest, TurnResult, open_transport
 from labkit.engine.policies import text_of_tokens
+from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario
-from labkit.server.app import default_data_dir
 from labkit.server.pipeline import SCENARIO_KEY
 
 Item = dict[str, Any]

@@ -31,8 +31,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-DATA_DIR = Path(os.environ.get("LABKIT_DATA") or Path(__file__).resolve().parents[2] / "data")
-SAMPLE_REPO = DATA_DIR / "sample_repo"
+from labkit.paths import default_data_dir
+
+SAMPLE_REPO = default_data_dir() / "sample_repo"
 
 ERROR_PREFIX = "error: "
 SKIP_DIRS = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv"})

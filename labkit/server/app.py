@@ -17,6 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 from labkit.api.errors import APIError, server_error
 from labkit.engine.catalogue import load_catalogue
 from labkit.engine.tokenizer import encoding
+from labkit.paths import default_data_dir
 from labkit.server import http
 from labkit.server.auth import Keys
 from labkit.server.billing import Ledger
@@ -28,17 +29,11 @@ from labkit.server.store import ResponseStore
 from labkit.server.websocket import DEFAULT_LIFETIME_S, websocket_endpoint
 
 DB_ENV = "LABKIT_DB"
-DATA_ENV = "LABKIT_DATA"
 
 
 def default_db() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "labkit" / "responses.sqlite3"
-
-
-def default_data_dir() -> Path:
-    """The repository's ``data/`` (scenarios, profiles), or ``$LABKIT_DATA``."""
-    return Path(os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "data")
 
 
 @dataclass

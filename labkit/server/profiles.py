@@ -11,6 +11,8 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from labkit.paths import REPO_DATA
+
 DEFAULT_PROFILE = "production-like"
 
 
@@ -95,7 +97,7 @@ SECTIONS = {
 
 
 # The repository's own profiles: found even when a custom data directory has none.
-REPO_PROFILES = Path(__file__).resolve().parents[2] / "data" / "profiles"
+REPO_PROFILES = REPO_DATA / "profiles"
 
 
 def profile_dirs(data_dir: Path) -> list[Path]:

@@ -14,8 +14,9 @@ from labkit.api.errors import APIError, invalid_request, response_not_found
 from labkit.api.events import Event
 from labkit.api.sse import frame
 from labkit.server.designs import DESIGN_HEADER, select_design
-from labkit.server.pipeline import Pipeline, Turn, failure
+from labkit.server.pipeline import Pipeline, failure
 from labkit.server.traces import Trace
+from labkit.server.turn import Turn
 
 
 def pipeline_of(request: Request) -> Pipeline:

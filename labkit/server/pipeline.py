@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +43,14 @@ from labkit.api.events import Event, ResponseEvents
 from labkit.api.ids import new_id, new_item_id
 from labkit.api.requests import CreateRequest, parse_create, parse_item, stored_form
 from labkit.api.responses import new_response, usage
-from labkit.engine.catalogue import Catalogue, ModelSpec, UnknownModel
-from labkit.engine.inference import Prefill, Replica
+from labkit.engine.catalogue import Catalogue, UnknownModel
+from labkit.engine.inference import Prefill
 from labkit.engine.policies import Action, Call, GenericPolicy, Policy, ScriptedPolicy, TurnContext
 from labkit.engine.render import TokenBuffer, content_text, header_key, item_block
 from labkit.engine.tokenizer import decode, encode_text
 from labkit.scenarios import ScenarioNotFound, load_scenario
 from labkit.server.auth import Keys
 from labkit.server.billing import Billing, Charge, Ledger
-from labkit.server.designs import Design
 from labkit.server.network import ConnectionTracker
 from labkit.server.profiles import Profile
 from labkit.server.render_cache import PrefixHasher, RenderCache
@@ -60,67 +58,10 @@ from labkit.server.routing import Router
 from labkit.server.safety import scan
 from labkit.server.store import ResponseStore
 from labkit.server.traces import Trace, TraceStore
+from labkit.server.turn import Conversation, Turn
 
 Emit = Callable[[Event], Awaitable[None]]
 SCENARIO_KEY = "labkit_scenario"
-
-
-@dataclass
-class Conversation:
-    """The state of the most recent response: what a connection cache keeps."""
-
-    response: dict[str, Any]
-    items: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
-    buffer: TokenBuffer
-    model: ModelSpec
-    replica: Replica
-    hasher: PrefixHasher | None = None  # the render cache's running key over ``items``
-
-
-@dataclass
-class Turn:
-    """One response on its way through the pipeline."""
-
-    design: Design
-    owner: str
-    trace: Trace = field(default_factory=Trace)
-    cached: Conversation | None = None  # the connection cache's latest conversation, if any
-    pinned: Replica | None = None  # a connection's replica
-    req: CreateRequest | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
-    new_items: list[dict[str, Any]] = field(default_factory=list)
-    appended: list[dict[str, Any]] = field(default_factory=list)  # appended rollouts: earlier segments
-    settled: int = 0  # outputs already moved into ``appended``
-    source: str = "none"
-    buffer: TokenBuffer | None = None
-    hasher: PrefixHasher | None = None
-    model: ModelSpec | None = None
-    replica: Replica | None = None
-    policy: Policy | None = None
-    response: dict[str, Any] = field(default_factory=dict)
-    output_ids: list[list[int]] = field(default_factory=list)
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    produced: int = 0
-    billed: bool = False
-    _departed: bool = False
-
-    @property
-    def items(self) -> list[dict[str, Any]]:
-        """The input of this turn: history, new items and (appended rollouts) earlier segments."""
-        return self.history + self.new_items + self.appended
-
-    def unsettled(self) -> tuple[list[dict[str, Any]], list[list[int]]]:
-        """Outputs (and their sampled ids) not yet part of ``items``."""
-        return self.response["output"][self.settled :], self.output_ids[self.settled :]
-
-    def conversation(self) -> list[dict[str, Any]]:
-        return self.items + self.unsettled()[0]
-
-    @property
-    def cache_hit(self) -> bool:
-        return self.source == "connection_cache"
 
 
 def item_texts(items: Sequence[dict[str, Any]]) -> list[str]:

@@ -33,8 +33,9 @@ from labkit.api.requests import parse_item
 from labkit.api.sse import encode_event
 from labkit.engine.inference import Replica
 from labkit.server.designs import DESIGN_HEADER, Design, select_design
-from labkit.server.pipeline import Conversation, Pipeline, Turn, failure
+from labkit.server.pipeline import Pipeline, failure
 from labkit.server.traces import Span, Trace
+from labkit.server.turn import Conversation, Turn
 
 STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 MAX_LANES = 32

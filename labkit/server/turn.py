@@ -1,0 +1,73 @@
+"""A response on its way through the pipeline, and the conversation it leaves behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.api.requests import CreateRequest
+from labkit.engine.catalogue import ModelSpec
+from labkit.engine.inference import Replica
+from labkit.engine.policies import Policy
+from labkit.engine.render import TokenBuffer
+from labkit.server.designs import Design
+from labkit.server.render_cache import PrefixHasher
+from labkit.server.traces import Trace
+
+
+@dataclass
+class Conversation:
+    """The state of the most recent response: what a connection cache keeps."""
+
+    response: dict[str, Any]
+    items: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    buffer: TokenBuffer
+    model: ModelSpec
+    replica: Replica
+    hasher: PrefixHasher | None = None  # the render cache's running key over ``items``
+
+
+@dataclass
+class Turn:
+    """One response on its way through the pipeline."""
+
+    design: Design
+    owner: str
+    trace: Trace = field(default_factory=Trace)
+    cached: Conversation | None = None  # the connection cache's latest conversation, if any
+    pinned: Replica | None = None  # a connection's replica
+    req: CreateRequest | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    new_items: list[dict[str, Any]] = field(default_factory=list)
+    appended: list[dict[str, Any]] = field(default_factory=list)  # appended rollouts: earlier segments
+    settled: int = 0  # outputs already moved into ``appended``
+    source: str = "none"
+    buffer: TokenBuffer | None = None
+    hasher: PrefixHasher | None = None
+    model: ModelSpec | None = None
+    replica: Replica | None = None
+    policy: Policy | None = None
+    response: dict[str, Any] = field(default_factory=dict)
+    output_ids: list[list[int]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    produced: int = 0
+    billed: bool = False
+    _departed: bool = False
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        """The input of this turn: history, new items and (appended rollouts) earlier segments."""
+        return self.history + self.new_items + self.appended
+
+    def unsettled(self) -> tuple[list[dict[str, Any]], list[list[int]]]:
+        """Outputs (and their sampled ids) not yet part of ``items``."""
+        return self.response["output"][self.settled :], self.output_ids[self.settled :]
+
+    def conversation(self) -> list[dict[str, Any]]:
+        return self.items + self.unsettled()[0]
+
+    @property
+    def cache_hit(self) -> bool:
+        return self.source == "connection_cache"

@@ -6,7 +6,7 @@ what each item renders to, far cheaper than tokenizing) and looks for the
 longest prefix it has rendered before; only the items after it are tokenized.
 
     >>> from labkit.engine.render import TokenBuffer
-    >>> cache = RenderCache(capacity=8)
+    >>> cache = RenderCache(capacity_tokens=1000)
     >>> items = [{"type": "message", "role": "user", "content": "hi"}]
     >>> buf = TokenBuffer.start("Be brief.", []); _ = buf.append(items)
     >>> cache.put(prefix_keys(buf.key, items)[-1], buf)
@@ -60,17 +60,25 @@ def prefix_keys(header: str, items: Sequence[dict[str, Any]]) -> list[str]:
 
 
 class RenderCache:
-    """An LRU of rendered buffers, each stored under the key of the prefix it renders."""
+    """An LRU of rendered buffers, each stored under the key of the prefix it renders.
 
-    def __init__(self, capacity: int = 512) -> None:
-        self.capacity = capacity
+    Bounded by the tokens it holds (about 36 bytes each as Python ints), so a
+    server with many long conversations keeps its memory in check.
+    """
+
+    def __init__(self, capacity_tokens: int = 4_000_000) -> None:
+        self.capacity_tokens = capacity_tokens
+        self.tokens = 0
         self._buffers: OrderedDict[str, TokenBuffer] = OrderedDict()
 
     def put(self, key: str, buffer: TokenBuffer) -> None:
+        old = self._buffers.pop(key, None)
+        self.tokens -= len(old.ids) if old else 0
         self._buffers[key] = buffer.fork()
-        self._buffers.move_to_end(key)
-        while len(self._buffers) > self.capacity:
-            self._buffers.popitem(last=False)
+        self.tokens += len(buffer.ids)
+        while self.tokens > self.capacity_tokens and len(self._buffers) > 1:
+            _, evicted = self._buffers.popitem(last=False)
+            self.tokens -= len(evicted.ids)
 
     def longest_prefix(self, keys: Sequence[str]) -> tuple[TokenBuffer | None, int]:
         """The cached buffer for the longest known prefix, forked, and how many items it covers."""

@@ -732,3 +732,18 @@ def test_summary_metrics(observed: dict[str, Observed], design: str) -> None:
     assert 0 <= metrics["api_share"] <= 1
     assert metrics["turns"] == SCENARIO.turns == TURNS
     assert not pd.isna(metrics["ttft_mean_s"])
+
+
+def test_the_synchronous_client_runs_inside_a_running_event_loop() -> None:
+    """Notebooks run code inside the kernel's event loop: the server handle and the client
+    must not need a loop of their own."""
+    import asyncio
+
+    async def in_a_kernel() -> dict[str, float]:
+        with LabkitServer(args=["--profile", "local"]) as server:
+            rollout = Rollout.run(
+                server.base_url, "websocket", synthetic(turns=3, tool_tokens=50), model=MODEL
+            )
+            return summary(rollout.frame())
+
+    assert asyncio.run(in_a_kernel())["turns"] == 3

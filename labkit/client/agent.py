@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -28,6 +28,9 @@ from labkit.engine.policies import text_of_tokens
 from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario
 from labkit.server.pipeline import SCENARIO_KEY
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Item = dict[str, Any]
 DEFAULT_KEY = "sk-labkit-agent"
@@ -199,7 +202,8 @@ class Rollout:
                 reply.raise_for_status()
                 self.spans[response_id] = reply.json()["data"]
 
-    def frame(self):  # -> pandas.DataFrame
+    def frame(self) -> pd.DataFrame:
+        """One tidy DataFrame of the rollout's spans, server and client (see ``labkit.analysis.frames``)."""
         from labkit.analysis.frames import rollout_frame
 
         return rollout_frame(self)

@@ -47,12 +47,11 @@ class Shape:
     turns: tuple[TurnShape, ...]
 
     @classmethod
-    def of(cls, scenario: Scenario, *, tool_outputs: Sequence[Sequence[str]] | None = None) -> Shape:
+    def of(cls, scenario: Scenario) -> Shape:
         """The shape of a scenario's rollout.
 
-        ``tool_outputs[t]`` are the tool results that turn ``t`` sends back; by
-        default synthetic scenarios use their fixed size and file scenarios
-        replay their tools on a sandbox copy (real tools, real outputs).
+        The tools really run: synthetic scenarios return their fixed size, file
+        scenarios replay their calls on a sandbox copy (real tools, real outputs).
         """
         from labkit.client.agent import Toolbox
 
@@ -61,16 +60,13 @@ class Shape:
             system = len(encode_block(*system_block(scenario.instructions, tools.specs)))
             policy = ScriptedPolicy.from_steps(scenario.steps)
             turns, new_items = [], [{"type": "message", "role": "user", "content": scenario.user}]
-            for t, actions in enumerate(policy.steps):
+            for actions in policy.steps:
                 calls = [a for a in actions if isinstance(a, Call)]
                 outputs = [_output_item(a) for a in actions]
                 out_tokens = sum(len(encode_text(item_block(i)[1])) for i in outputs)
                 start = time.perf_counter()
-                if tool_outputs is not None:
-                    results = list(tool_outputs[t]) if t < len(tool_outputs) else []
-                else:
-                    results = [tools.run(c.name, c.arguments) for c in calls]
-                tool_s = time.perf_counter() - start if tool_outputs is None else 0.0
+                results = [tools.run(c.name, c.arguments) for c in calls]
+                tool_s = time.perf_counter() - start
                 turns.append(
                     TurnShape(
                         new_tokens=sum(len(encode_block(*item_block(i))) for i in new_items),

@@ -16,7 +16,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -49,7 +49,6 @@ class TurnContext:
     tools: Sequence[Item] = ()
     tool_choice: Any = "auto"
     max_output_tokens: int | None = None
-    metadata: dict[str, str] = field(default_factory=dict)
 
     def since_last_user(self) -> list[Item]:
         last = -1

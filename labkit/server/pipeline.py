@@ -296,7 +296,6 @@ class Pipeline:
                     tools=req.tools,
                     tool_choice=req.tool_choice_wire,
                     max_output_tokens=req.max_output_tokens,
-                    metadata=req.metadata or {},
                 )
             )
             if not turn._departed:  # a resumed segment's first event: pay the network before decoding
@@ -446,7 +445,6 @@ class Pipeline:
         return Conversation(
             response=turn.response,
             items=turn.items,
-            tools=turn.req.tools if turn.req else [],
             buffer=turn.buffer,
             model=turn.model,
             replica=turn.replica,

@@ -50,9 +50,6 @@ class Trace:
             span.end = time.perf_counter()
             self.spans.append(span)
 
-    def total(self, stage: str, attr: str = "tokens") -> int:
-        return sum(getattr(s, attr) for s in self.spans if s.stage == stage)
-
 
 class TraceStore:
     def __init__(self, capacity: int = 10_000) -> None:

@@ -21,8 +21,7 @@ class Conversation:
 
     response: dict[str, Any]
     items: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
-    buffer: TokenBuffer
+    buffer: TokenBuffer  # rendered tokens; its key names the instructions and tool definitions
     model: ModelSpec
     replica: Replica
     hasher: PrefixHasher | None = None  # the render cache's running key over ``items``

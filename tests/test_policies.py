@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import jsonschema
@@ -13,12 +14,14 @@ from hypothesis import strategies as st
 
 from labkit.engine.policies import (
     DEFAULT_LONG_TOKENS,
+    PASSAGE,
     Call,
     GenericPolicy,
     Say,
     ScriptedPolicy,
     TurnContext,
     example_value,
+    leading_sentences,
     text_of_tokens,
 )
 from labkit.engine.tokenizer import encode_text
@@ -290,6 +293,62 @@ def test_a_long_ask_without_a_limit_uses_the_default_length() -> None:
 @pytest.mark.parametrize("count", [1, 2, 7, 113, 114, 300, 1500])
 def test_text_of_tokens_is_exact(count: int) -> None:
     assert len(encode_text(text_of_tokens(count))) == count
+
+
+def test_text_of_tokens_is_exact_and_ends_a_sentence_for_every_count() -> None:
+    # 1..600 spans several cycles of the passage, so every position of the cycle ends a text
+    for count in [*range(1, 601), 1024, 2049, 4000, 5001]:
+        text = text_of_tokens(count)
+        assert len(encode_text(text)) == count, count
+        assert text.endswith("."), count
+        assert text == text.lstrip(), count
+        if count >= 2:
+            # a whole word right before the period: no cut word, no doubled punctuation
+            assert re.search(r"(?:^| )[A-Za-z]+\.$", text), (count, text[-30:])
+
+
+def test_text_of_tokens_of_one_and_zero() -> None:
+    assert text_of_tokens(1) == "."
+    assert text_of_tokens(0) == ""
+
+
+def passage_sentences() -> list[str]:
+    return re.split(r"(?<=\.)\s+", PASSAGE.strip())
+
+
+def assert_whole_passage_sentences(text: str) -> None:
+    """``text`` is one or more of the passage's sentences from its start, nothing cut."""
+    sentences = passage_sentences()
+    taken = re.split(r"(?<=\.)\s+", text)
+    assert taken == sentences[: len(taken)]
+
+
+def test_the_hello_answer_is_whole_sentences() -> None:
+    [action] = GenericPolicy().act(TurnContext(items=[user("Say hello.")]))
+    assert isinstance(action, Say)
+    greeting = "Hello from labkit's simulated model. "
+    assert action.text.startswith(greeting)
+    assert action.text.endswith(".")
+    assert_whole_passage_sentences(action.text.removeprefix(greeting))
+
+
+def test_the_answer_after_tool_results_is_whole_sentences() -> None:
+    items = [user("Look around."), *call_and_output(0), *call_and_output(1)]
+    [action] = GenericPolicy(max_tool_calls=2).act(TurnContext(items=items, tools=TOOLS))
+    assert isinstance(action, Say)
+    lead = "Done. I called 2 tool(s) and read their results. "
+    assert action.text.startswith(lead)
+    assert action.text.endswith(".")
+    assert_whole_passage_sentences(action.text.removeprefix(lead))
+
+
+@pytest.mark.parametrize("max_chars", [0, 59, 60, 120, 160, 10_000])
+def test_leading_sentences_fit_the_budget_when_they_can(max_chars: int) -> None:
+    text = leading_sentences(max_chars)
+    assert_whole_passage_sentences(text)
+    first = passage_sentences()[0]
+    assert len(text) <= max(max_chars, len(first))
+    assert leading_sentences(10_000) == PASSAGE.strip()
 
 
 def test_the_generic_policy_is_deterministic() -> None:

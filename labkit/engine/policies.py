@@ -173,21 +173,61 @@ TOKEN_TARGET = re.compile(r"(\d[\d,_]*)\s*(?:output\s+)?tokens?\b", re.IGNORECAS
 DEFAULT_LONG_TOKENS = 2048
 
 
+def leading_sentences(max_chars: int) -> str:
+    """The passage's first sentences, as many as fit in ``max_chars`` (always at least one).
+
+    Whole sentences only, so a fixed answer never stops mid-word.
+
+    >>> leading_sentences(80)
+    'An agent loop alternates between the model and the client.'
+    >>> leading_sentences(0) == leading_sentences(80)
+    True
+    """
+    sentences = re.split(r"(?<=\.)\s+", PASSAGE.strip())
+    text = sentences[0]
+    for sentence in sentences[1:]:
+        longer = f"{text} {sentence}"
+        if len(longer) > max_chars:
+            break
+        text = longer
+    return text
+
+
 def text_of_tokens(count: int) -> str:
-    """Text that tokenizes to exactly ``count`` tokens, cycling through the passage.
+    """Text that tokenizes to exactly ``count`` tokens and ends a sentence.
 
     The passage is cut into the tokenizer's own pre-token pieces and only
     one-token pieces are kept, so any number of them re-tokenizes to that number.
+    The last piece is always ".", and for ``count >= 2`` the piece before it
+    is a word, so the text ends at a word and a sentence boundary. ``count == 1``
+    gives just "."; ``count <= 0`` gives "".
 
     >>> from labkit.engine.tokenizer import encode_text
     >>> [len(encode_text(text_of_tokens(n))) for n in (1, 7, 300)]
     [1, 7, 300]
+    >>> text_of_tokens(7)
+    'An agent loop between the model.'
     """
+    if count <= 0:
+        return ""
     pieces = _one_token_pieces()
-    chosen = [pieces[i % len(pieces)] for i in range(count)]
-    if chosen:
-        chosen[0] = chosen[0].lstrip()
-    return "".join(chosen)
+    # Cycle through the passage for count - 2 pieces, then the next word piece,
+    # then ".". Skipping punctuation to reach that word keeps two punctuation
+    # pieces from meeting at the end, where they would merge into other tokens.
+    body = [pieces[i % len(pieces)] for i in range(max(0, count - 2))]
+    if count >= 2:
+        i = count - 2
+        while not _is_word(pieces[i % len(pieces)]):
+            i += 1
+        body.append(pieces[i % len(pieces)])
+    body.append(".")
+    body[0] = body[0].lstrip()
+    return "".join(body)
+
+
+def _is_word(piece: str) -> bool:
+    """A piece of letters, with at most a leading space: ``" model"`` yes, ``"'s"`` no."""
+    return piece.lstrip(" ").isalpha()
 
 
 @lru_cache(maxsize=1)
@@ -237,8 +277,8 @@ class GenericPolicy:
             return text_of_tokens(max(DEFAULT_LONG_TOKENS, (ctx.max_output_tokens or 0) + 1))
         results = [i for i in ctx.since_last_user() if i.get("type") == "function_call_output"]
         if results:
-            return f"Done. I called {len(results)} tool(s) and read their results. " + PASSAGE[:120]
-        return "Hello from labkit's simulated model. " + PASSAGE[:160]
+            return f"Done. I called {len(results)} tool(s) and read their results. " + leading_sentences(120)
+        return "Hello from labkit's simulated model. " + leading_sentences(160)
 
 
 # ---------------------------------------------------------------- the scripted policy

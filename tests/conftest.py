@@ -44,7 +44,7 @@ READ_FILE_TOOL = {
 }
 
 
-# The event order of protocol.md §2, with each run of deltas written once.
+# The event order of docs/protocol.md §2, with each run of deltas written once.
 TEXT_TURN_EVENTS = [
     "response.created",
     "response.in_progress",

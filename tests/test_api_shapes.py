@@ -1,7 +1,7 @@
 """Wire shapes without a socket: request parsing, the streaming event sequence, errors, SSE framing.
 
-The contract is /work/shared/docs/protocol.md (§1 requests and items, §2 events
-and errors); where the official SDK's own types can check a shape, they do.
+The contract is docs/protocol.md (§1 requests and items, §2 events, §5 errors);
+where the official SDK's own types can check a shape, they do.
 """
 
 from __future__ import annotations

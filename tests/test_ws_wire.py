@@ -1,6 +1,6 @@
 """WebSocket mode on the wire: a raw ``websockets`` client, frame by frame.
 
-Checks the contract of protocol.md §3 that an SDK would hide: one JSON text frame per
+Checks the contract of docs/protocol.md §3 that an SDK would hide: one JSON text frame per
 event, the SSE event order, per-response sequence numbers, queueing on one socket,
 the nested error event that never closes the connection, eviction after a failed turn,
 ``stream_id`` lanes, the connection lifetime and the auth check on the upgrade.

@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from labkit.paths import REPO_DATA
+from labkit.paths import builtin_data_dir
 
 DEFAULT_PROFILE = "production-like"
 
@@ -96,8 +96,9 @@ SECTIONS = {
 }
 
 
-# The repository's own profiles: found even when a custom data directory has none.
-REPO_PROFILES = REPO_DATA / "profiles"
+# labkit's own profiles (its built-in data, not $LABKIT_DATA): found even when a custom
+# data directory has none.
+REPO_PROFILES = builtin_data_dir() / "profiles"
 
 
 def profile_dirs(data_dir: Path) -> list[Path]:

@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from labkit.analysis.frames import bucket_of
 from labkit.analysis.metrics import turns as turn_table
+from labkit.api.stages import bucket_of
 from labkit.client.agent import MAX_TURNS, Rollout
 from labkit.scenarios import synthetic
 from labkit.server.handle import LabkitServer

@@ -25,21 +25,22 @@ import pytest
 from conftest import auth_headers, server_spans
 from websockets.sync.client import ClientConnection, connect
 
+from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.agent import Rollout
 from labkit.engine.policies import text_of_tokens
 from labkit.engine.render import GENERATION_PROMPT, encode_block, item_block
 from labkit.paths import default_data_dir
 from labkit.scenarios import FETCH_TOOL, synthetic
-from labkit.server.designs import DESIGN_HEADER
 from labkit.server.handle import LabkitServer
+from labkit.server.safety import classifier_texts, scan
 
 MODEL = "labkit-spark"
 TURNS = 3  # two pauses, then the final answer
 SCENARIO = f"synthetic:turns={TURNS},output_tokens=20,tool_tokens=50,instruction_tokens=100"
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-PRE_INFERENCE = ("connect", "upgrade", "auth", "hydration", "input_safety", "routing")
+PRE_INFERENCE = ("connect", "upgrade", "auth", "hydration", "routing")
 POST_INFERENCE = ("output_safety", "retain", "storage", "billing")
-PER_SEGMENT = ("uplink", "validation", "render", "downlink", "queue", "prefill", "decode")
+PER_SEGMENT = ("uplink", "validation", "input_safety", "render", "downlink", "queue", "prefill", "decode")
 
 
 # ---------------------------------------------------------------- a raw client
@@ -285,6 +286,14 @@ def test_each_segment_renders_only_what_was_appended(run: Run, spans: list[dict[
         assert renders[k]["detail"]["prompt_tokens"] == (
             renders[k - 1]["detail"]["prompt_tokens"] + decoded + renders[k]["tokens"]
         )
+
+
+def test_each_segment_classifies_only_what_was_appended(run: Run, spans: list[dict[str, Any]]) -> None:
+    scans = [s for s in spans if s["stage"] == "input_safety"]
+    for k in range(1, TURNS):
+        appended = run.appended[k - 1]
+        assert scans[k]["items"] == len(appended)
+        assert scans[k]["tokens"] == scan(classifier_texts(appended)).tokens
 
 
 def test_usage_and_ledger_add_up_the_segments(

@@ -1,6 +1,6 @@
 """The pure parts of ``labkit compare``: model names per speed, the median rows, the tables, the JSON.
 
-``_rows`` is private but is the whole of the comparison's arithmetic; it is tested here by its
+``median_rows`` is private but is the whole of the comparison's arithmetic; it is tested here by its
 current name.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from labkit.analysis.compare import Row, _rows, format_tables, models_for, rows_json
+from labkit.analysis.compare import Row, format_tables, median_rows, models_for, rows_json
 from labkit.engine.catalogue import MODELS_ENV, Catalogue, ModelSpec, load_catalogue
 
 CATALOGUE = Catalogue(
@@ -89,11 +89,11 @@ def test_models_for_toml_loads_in_the_catalogue(tmp_path: Path, monkeypatch: pyt
     assert all(merged.resolve(name) for name in names.values())
 
 
-# ---------------------------------------------------------------- _rows
+# ---------------------------------------------------------------- median_rows
 
 
 def test_rows_medians_and_ratios_against_naive() -> None:
-    rows = _rows(RUNS, NAMES, DESIGNS)
+    rows = median_rows(RUNS, NAMES, DESIGNS)
     # One row per (speed, design), speeds in the order of names, designs in the given order.
     assert [(r.tps, r.design) for r in rows] == [
         (65.0, "naive"),
@@ -142,7 +142,7 @@ def test_rows_count_runs_per_design() -> None:
         (1000.0, "naive"): [run(10.0, 0.5, 0.4)],
         (1000.0, "websocket"): [run(6.0, 0.3, 0.1), run(8.0, 0.2, 0.2)],
     }
-    rows = _rows(runs, {1000.0: "labkit-spark"}, DESIGNS)
+    rows = median_rows(runs, {1000.0: "labkit-spark"}, DESIGNS)
     assert [r.runs for r in rows] == [1, 2]
     # websocket: median(6, 8) = 7; 1 - 7 / 10 = 0.3
     assert rows[1].speedup_vs_naive == pytest.approx(0.3)
@@ -155,7 +155,7 @@ def test_rows_without_naive_have_nan_ratios() -> None:
         # naive ran, but is not among the designs compared.
         (1000.0, "naive"): [run(10.0, 0.5, 0.4)],
     }
-    rows = _rows(runs, {1000.0: "labkit-spark"}, ("websocket", "appended"))
+    rows = median_rows(runs, {1000.0: "labkit-spark"}, ("websocket", "appended"))
     assert [r.design for r in rows] == ["websocket", "appended"]
     for r in rows:
         assert math.isnan(r.speedup_vs_naive)
@@ -167,7 +167,7 @@ def test_rows_without_naive_have_nan_ratios() -> None:
 
 
 def test_format_tables() -> None:
-    text = format_tables(_rows(RUNS, NAMES, DESIGNS))
+    text = format_tables(median_rows(RUNS, NAMES, DESIGNS))
     header = "design      end to end   saved  mean TTFT    cut  API share"
     assert text.split("\n") == [
         "",
@@ -193,7 +193,7 @@ def test_format_tables() -> None:
 
 
 def test_rows_json_round_trips() -> None:
-    rows = _rows(RUNS, NAMES, DESIGNS)
+    rows = median_rows(RUNS, NAMES, DESIGNS)
     data = rows_json(rows)
     field_names = [f.name for f in dataclasses.fields(Row)]
     assert all(isinstance(d, dict) and list(d) == field_names for d in data)
@@ -205,7 +205,28 @@ def test_rows_json_round_trips() -> None:
 
 
 def test_rows_json_keeps_nan() -> None:
-    rows = _rows({(65.0, "websocket"): [run(30.0, 1.0, 0.02)]}, {65.0: "labkit-classic"}, ("websocket",))
+    only = {(65.0, "websocket"): [run(30.0, 1.0, 0.02)]}
+    rows = median_rows(only, {65.0: "labkit-classic"}, ("websocket",))
     (data,) = rows_json(rows)
     assert math.isnan(data["speedup_vs_naive"])
     assert math.isnan(json.loads(json.dumps(data))["ttft_cut_vs_naive"])
+
+
+# ---------------------------------------------------------------- edge cases
+
+
+def test_a_speed_named_twice_is_one_model() -> None:
+    names, toml = models_for([500.0, 500.0], CATALOGUE)
+    assert names == {500.0: "labkit-tps-500"}
+    assert list(tomllib.loads(toml)["models"]) == ["labkit-tps-500"]
+
+
+def test_large_speeds_get_distinct_plain_names() -> None:
+    names, _ = models_for([1234567.0, 1234568.0], CATALOGUE)
+    assert names == {1234567.0: "labkit-tps-1234567", 1234568.0: "labkit-tps-1234568"}
+
+
+def test_the_header_says_when_designs_ran_different_numbers_of_times() -> None:
+    runs = {**RUNS, (65.0, "naive"): [*RUNS[(65.0, "naive")], run(42.0, 2.5, 0.06)]}
+    text = format_tables(median_rows(runs, NAMES, DESIGNS))
+    assert "median of 2 to 3 run(s)" in text

@@ -34,8 +34,11 @@ from openai import OpenAI
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from labkit import designs
+from labkit.analysis.cost_model import Shape, predict
 from labkit.analysis.frames import COLUMNS
 from labkit.analysis.metrics import summary
+from labkit.api.extensions import DESIGN_HEADER
 from labkit.client import agent
 from labkit.client.agent import Rollout
 from labkit.client.transports import StatelessHTTP, Transport, TurnRequest, TurnResult
@@ -43,11 +46,9 @@ from labkit.engine.render import encode_block, item_block
 from labkit.engine.tokenizer import encode_text
 from labkit.paths import default_data_dir
 from labkit.scenarios import synthetic
-from labkit.server.designs import DESIGN_HEADER
 from labkit.server.handle import LabkitServer
-from labkit.server.pipeline import item_texts
 from labkit.server.profiles import Network, Safety, load_profile
-from labkit.server.safety import scan
+from labkit.server.safety import classifier_texts, scan
 
 MODEL = "labkit-spark"
 TURNS = 10
@@ -70,7 +71,7 @@ def block_tokens(items: list[dict[str, Any]]) -> int:
 
 def scanned_tokens(items: list[dict[str, Any]]) -> int:
     """Tokens the safety classifier reads for these items."""
-    return scan(item_texts(items)).tokens
+    return scan(classifier_texts(items)).tokens
 
 
 def ledger(db: Path, response_id: str) -> list[tuple[Any, ...]]:
@@ -210,6 +211,35 @@ def test_every_design_completes_the_scenario(observed: dict[str, Observed]) -> N
 
 
 # ---------------------------------------------------------------- 1. what each stage processes
+
+
+def test_a_rollout_records_the_stages_its_plan_names_and_the_cost_model_prices(
+    observed: dict[str, Observed],
+) -> None:
+    """Turn by turn, for every design: the stages the server ran are the stages the cost model
+    prices (both read the design's plan), and the size-dependent ones worked over what it says."""
+    shape = Shape.of(SCENARIO)
+    profile = load_profile("local", REPO_DATA)
+    for design, run in observed.items():
+        predicted = predict(design, profile, shape, decode_tps=1000, prefill_tps=50_000)
+        plan = designs.DESIGNS[design].plan
+        assert len(predicted) == len(run.rollout.records) == TURNS, design
+        for turn, cost in enumerate(predicted):
+            recorded = run.stages(turn)
+            assert sorted(recorded) == sorted(cost.stages), (design, turn)
+            assert sorted(recorded) == sorted(plan.stages_on(turn, last=turn == TURNS - 1)), (design, turn)
+            for stage in ("input_safety", "render"):
+                # The model counts rendered tokens; the classifier reads the text without the
+                # template's special tokens, and random call ids tokenize to a few tokens more or
+                # less: close, not equal. Whole history against new items differs far more.
+                span = run.stage(turn, stage)
+                slack = 12 + 8 * span["items"]
+                assert cost.tokens[stage] == pytest.approx(span["tokens"], rel=0.05, abs=slack), (
+                    design,
+                    turn,
+                    stage,
+                )
+
 
 
 def test_naive_scans_and_renders_the_whole_history_every_turn(observed: dict[str, Observed]) -> None:

@@ -18,10 +18,10 @@ from typing import Any
 
 from labkit.analysis.metrics import summary
 from labkit.client.agent import Rollout
+from labkit.designs import DESIGNS
 from labkit.engine.catalogue import Catalogue, load_catalogue
 from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario, synthetic
-from labkit.server.designs import DESIGNS
 from labkit.server.handle import LabkitServer
 from labkit.server.profiles import DEFAULT_PROFILE
 
@@ -50,16 +50,21 @@ def models_for(tps_values: Sequence[float], catalogue: Catalogue) -> tuple[dict[
     """
     names, toml = {}, []
     specs = list(catalogue.models.values())
-    for tps in tps_values:
+    for tps in dict.fromkeys(tps_values):
         exact = [s for s in specs if s.decode_tps == tps]
         if exact:
             names[tps] = exact[0].name
             continue
         nearest = min(specs, key=lambda s: abs(s.decode_tps - tps))
-        name = f"labkit-tps-{tps:g}"
+        name = f"labkit-tps-{_plain(tps)}"
         names[tps] = name
         toml.append(f'[models."{name}"]\ndecode_tps = {tps}\nprefill_tps = {nearest.prefill_tps}\n')
     return names, "\n".join(toml)
+
+
+def _plain(number: float) -> str:
+    """A number in plain digits: ``_plain(1234567.0) -> '1234567'``, ``_plain(2.5) -> '2.5'``."""
+    return f"{number:f}".rstrip("0").rstrip(".")
 
 
 def compare(
@@ -75,6 +80,7 @@ def compare(
 ) -> list[Row]:
     """Run every design at every speed; one row per (speed, design)."""
     data_dir = data_dir or default_data_dir()
+    tps = list(dict.fromkeys(tps))  # a speed named twice is run once
     script: Scenario = load_scenario(scenario, data_dir)
     names, extra_models = models_for(tps, load_catalogue())
     with tempfile.TemporaryDirectory(prefix="labkit-compare-") as tmp:
@@ -103,7 +109,7 @@ def compare(
                                 f"{design:>9} @ {speed:g} tok/s  run {n + 1}/{repeat}: "
                                 f"{result['e2e_s']:.2f} s end to end, {result['turns']} turns"
                             )
-    return _rows(runs, names, designs)
+    return median_rows(runs, names, designs)
 
 
 def warm_up(base_url: str, designs: Sequence[str]) -> None:
@@ -114,7 +120,7 @@ def warm_up(base_url: str, designs: Sequence[str]) -> None:
         Rollout.run(base_url, design, tiny)
 
 
-def _rows(
+def median_rows(
     runs: dict[tuple[float, str], list[dict[str, Any]]], names: dict[float, str], designs: Sequence[str]
 ) -> list[Row]:
     rows = []
@@ -136,7 +142,7 @@ def _rows(
                     api_share=m["api_share"],
                     speedup_vs_naive=1 - m["e2e_s"] / base["e2e_s"] if base else float("nan"),
                     ttft_cut_vs_naive=1 - m["ttft_mean_s"] / base["ttft_mean_s"] if base else float("nan"),
-                    turns=int(m["turns"]),
+                    turns=round(m["turns"]),
                     runs=len(runs[(speed, design)]),
                 )
             )
@@ -148,8 +154,10 @@ def format_tables(rows: Sequence[Row]) -> str:
     out = []
     for speed in dict.fromkeys(r.tps for r in rows):
         group = [r for r in rows if r.tps == speed]
+        runs = sorted({r.runs for r in group})
+        counted = str(runs[0]) if len(runs) == 1 else f"{runs[0]} to {runs[-1]}"
         out.append(
-            f"\n{group[0].model} ({speed:g} tokens/s), median of {group[0].runs} run(s); "
+            f"\n{group[0].model} ({speed:g} tokens/s), median of {counted} run(s); "
             "saved and cut: against naive"
         )
         out.append(

@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, overload
 
 from labkit.api.ids import new_id
+from labkit.api.stages import ClientStep, Stage, bucket_of
+from labkit.designs import DESIGNS, Design, Over, Runs, Step
 from labkit.engine.policies import Call, Say, ScriptedPolicy, text_of_tokens
 from labkit.engine.render import encode_block, item_block, system_block
 from labkit.engine.tokenizer import encode_text
 from labkit.scenarios import Scenario
-from labkit.server.designs import DESIGNS, Design
 from labkit.server.profiles import Profile
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,12 @@ class TurnShape:
 
 @dataclass(frozen=True)
 class Shape:
-    """A rollout's sizes: the system block, then each turn's new input and output."""
+    """A rollout's sizes: the system block, then each turn's new input and output.
+
+    >>> from labkit.scenarios import synthetic
+    >>> [t.output_items for t in Shape.of(synthetic(turns=3)).turns]
+    [1, 1, 1]
+    """
 
     system_tokens: int
     turns: tuple[TurnShape, ...]
@@ -61,11 +71,11 @@ class Shape:
             policy = ScriptedPolicy.from_steps(scenario.steps)
             turns, new_items = [], [{"type": "message", "role": "user", "content": scenario.user}]
             for actions in policy.steps:
-                calls = [a for a in actions if isinstance(a, Call)]
                 outputs = [_output_item(a) for a in actions]
+                calls = [o for o in outputs if o["type"] == "function_call"]
                 out_tokens = sum(len(encode_text(item_block(i)[1])) for i in outputs)
                 start = time.perf_counter()
-                results = [tools.run(c.name, c.arguments) for c in calls]
+                results = [tools.run(c["name"], c["arguments"]) for c in calls]
                 tool_s = time.perf_counter() - start
                 turns.append(
                     TurnShape(
@@ -77,7 +87,10 @@ class Shape:
                         tool_s=tool_s,
                     )
                 )
-                new_items = [{"type": "function_call_output", "call_id": "c", "output": r} for r in results]
+                new_items = [
+                    {"type": "function_call_output", "call_id": c["call_id"], "output": r}
+                    for c, r in zip(calls, results, strict=True)
+                ]
             return cls(system, tuple(turns))
         finally:
             tools.close()
@@ -98,7 +111,11 @@ def _output_item(action: Say | Call) -> dict:
 
 @dataclass(frozen=True)
 class CpuCosts:
-    """Real CPU work per unit, as measured on this machine (seconds)."""
+    """Real CPU work per unit, as measured on this machine (seconds); the defaults are a guess.
+
+    >>> round(CpuCosts().scan_s_per_token * 1e6, 3)  # ms per 1k tokens scanned, by default
+    0.4
+    """
 
     tokenize_s_per_token: float = 0.25e-6  # tiktoken on code and prose
     scan_s_per_token: float = 0.4e-6  # a classifier scan: tokenize plus pattern matching
@@ -151,12 +168,21 @@ def _request_seconds(items: int, tokens_each: int) -> float:
 
 @dataclass
 class TurnCost:
-    """One turn's seconds, by where they go."""
+    """One turn's predicted seconds: every stage the design's plan runs, and the client."""
 
-    api: dict[str, float] = field(default_factory=dict)
-    inference: dict[str, float] = field(default_factory=dict)
+    stages: dict[Stage, float] = field(default_factory=dict)
+    tokens: dict[Stage, int] = field(default_factory=dict)  # the work of the size-dependent stages
     build: float = 0.0  # the client building the request
     tools: float = 0.0  # the client running tools
+    first_token: float = 0.0  # the part of decode before the first token: in TTFT
+
+    @property
+    def api(self) -> dict[Stage, float]:
+        return {s: v for s, v in self.stages.items() if bucket_of(s) == "api"}
+
+    @property
+    def inference(self) -> dict[Stage, float]:
+        return {s: v for s, v in self.stages.items() if bucket_of(s) == "inference"}
 
     @property
     def client(self) -> float:
@@ -164,18 +190,70 @@ class TurnCost:
 
     @property
     def total(self) -> float:
-        return sum(self.api.values()) + sum(self.inference.values()) + self.client
+        return sum(self.stages.values()) + self.client
 
     @property
     def ttft(self) -> float:
-        """Send to first delta: building the request, everything before decode, the first token."""
-        before = sum(v for k, v in self.api.items() if k not in AFTER_FIRST_TOKEN)
-        return (
-            self.build + before + self.inference.get("prefill", 0.0) + self.inference.get("first_token", 0.0)
-        )
+        """Send to first delta: building the request, every stage before decode, the first token."""
+        before = sum(v for s, v in self.stages.items() if s not in AFTER_FIRST_TOKEN)
+        return self.build + before + self.first_token
 
 
-AFTER_FIRST_TOKEN = ("output_safety", "billing")
+# Stages that run after the first token has left (decode itself counts only its first token).
+AFTER_FIRST_TOKEN = (Stage.DECODE, Stage.OUTPUT_SAFETY, Stage.RETAIN, Stage.STORAGE, Stage.BILLING)
+
+
+class Prediction(Sequence[TurnCost]):
+    """The predicted turns of one rollout under one design (a sequence of ``TurnCost``).
+
+    >>> from labkit import lab
+    >>> p = lab.predict("naive", profile_name="local", scenario_name="synthetic:turns=2", cpu=CpuCosts())
+    >>> len(p), sorted(p.frame()["bucket"].unique())
+    (2, ['api', 'client', 'inference'])
+    """
+
+    def __init__(self, design: str, turns: Sequence[TurnCost]) -> None:
+        self.design = design
+        self.turns = tuple(turns)
+
+    @overload
+    def __getitem__(self, index: int) -> TurnCost: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[TurnCost]: ...
+    def __getitem__(self, index: int | slice) -> TurnCost | Sequence[TurnCost]:
+        return self.turns[index]
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    @property
+    def end_to_end(self) -> float:
+        return end_to_end(self.turns)
+
+    @property
+    def mean_ttft(self) -> float:
+        return mean_ttft(self.turns)
+
+    def frame(self) -> pd.DataFrame:
+        """One row per turn and stage (the client as ``build`` and ``tool``): ``design, turn, stage,
+        bucket, seconds, tokens``, the same stage names and buckets as a measured rollout's frame."""
+        import pandas as pd
+
+        rows = []
+        for t, cost in enumerate(self.turns):
+            steps = [*cost.stages.items(), (ClientStep.BUILD, cost.build), (ClientStep.TOOL, cost.tools)]
+            for stage, seconds in steps:
+                rows.append(
+                    {
+                        "design": self.design,
+                        "turn": t,
+                        "stage": str(stage),
+                        "bucket": bucket_of(stage),
+                        "seconds": seconds,
+                        "tokens": cost.tokens.get(stage, 0),
+                    }
+                )
+        return pd.DataFrame(rows)
 
 
 def predict(
@@ -187,67 +265,102 @@ def predict(
     prefill_tps: float,
     cpu: CpuCosts | None = None,
     fresh_connection: bool = False,
-) -> list[TurnCost]:
-    """Per-turn costs of a rollout under a design."""
+    store: bool = False,
+) -> Prediction:
+    """Per-turn costs of a rollout under a design: each stage its plan runs, priced.
+
+    The plan (``Design.plan``) says which stages run on a turn and over what;
+    this function only says what that costs. ``fresh_connection``: the HTTP
+    client opens a new connection per request; ``store``: requests are stored.
+    """
     d = DESIGNS[design] if isinstance(design, str) else design
-    cpu = cpu or CpuCosts()
-    net = profile.network
+    plan, cpu, net = d.plan, cpu or CpuCosts(), profile.network
     ms = 1e-3
     history = history_items = 0  # tokens and items before this turn's new ones
-    costs = []
+    unsettled = 0  # output markup not yet rendered into the buffer
+    all_output = sum(t.output_tokens for t in shape.turns)
+    turns = []
     for t, turn in enumerate(shape.turns):
-        c = TurnCost()
-        first = t == 0
-        stateful = d.connection_cache and not first
-        appended_segment = d.appended and not first
-        # -- network and the door
-        if d.connection_cache:  # one socket: handshakes and the upgrade once
-            c.api["connect"] = net.handshake_s() + net.rtt_ms * ms if first else 0.0
-            c.api["auth"] = profile.auth.hop_ms * ms if first else 0.0
-        else:
-            c.api["connect"] = net.handshake_s() if (first or fresh_connection) else 0.0
-            c.api["auth"] = profile.auth.hop_ms * ms
-        c.api["network"] = net.rtt_ms * ms
-        # -- before inference
-        sent = turn.new_tokens if stateful else history + turn.new_tokens
-        sent_items = turn.new_items if stateful else history_items + turn.new_items
-        scanned = 0 if appended_segment else sent
-        if not appended_segment:
-            c.api["input_safety"] = profile.safety.cost_s(scanned, fast=d.fast_classifiers)
-        c.api["scan_cpu"] = scanned * cpu.scan_s_per_token
-        rendered = turn.new_tokens if (d.render_cache and not first) else shape.system_tokens + sent
-        c.api["render"] = rendered * cpu.tokenize_s_per_token
-        if not (d.model_config_cache and not first) and not stateful:
-            c.api["routing"] = profile.routing.model_config_hop_ms * ms
-        if d.intermediary_hop:
-            c.api["intermediary"] = profile.intermediary.hop_ms * ms
-        c.build = sent_items * cpu.client_s_per_sent_item + sent * cpu.client_s_per_sent_token
-        c.api["cpu_fixed"] = cpu.fixed_s_per_turn
-        # -- inference: the prefix cache holds everything up to the last full block before the
-        # new input, so on average half a block more than the new input is prefilled.
+        first, last = t == 0, t == len(shape.turns) - 1
+        sent = _over(plan[Stage.VALIDATION], turn.new_tokens, history)
+        sent_items = _over(plan[Stage.VALIDATION], turn.new_items, history_items)
+        scanned = _over(plan[Stage.INPUT_SAFETY], turn.new_tokens, history)
+        rendered = turn.new_tokens + unsettled
+        if first or plan[Stage.RENDER].over is not Over.NEW:
+            rendered = shape.system_tokens + turn.new_tokens + history
+        # The prefix cache holds everything up to the last full block before the new input,
+        # so on average half a block more than the new input is prefilled.
         block = profile.engine.block_size
         uncached = shape.system_tokens + turn.new_tokens if first else turn.new_tokens + block / 2
-        c.inference["prefill"] = uncached / prefill_tps
-        c.inference["first_token"] = 1 / decode_tps
-        c.inference["decode"] = (turn.output_tokens - 1) / decode_tps
-        # -- after inference
-        last = t == len(shape.turns) - 1
-        if not d.appended or last:
-            out = turn.output_tokens if not d.appended else sum(x.output_tokens for x in shape.turns)
-            c.api["output_safety"] = profile.safety.cost_s(out, fast=d.fast_classifiers)
-        if not d.async_billing:
-            c.api["billing"] = profile.billing.hop_ms * ms
-        c.tools = turn.tool_s
-        costs.append(c)
+        output = all_output if plan[Stage.OUTPUT_SAFETY].runs is Runs.LAST_TURN else turn.output_tokens
+
+        cost = TurnCost(build=sent_items * cpu.client_s_per_sent_item + sent * cpu.client_s_per_sent_token)
+        for stage in plan.stages_on(t, last, store=store):
+            step = plan[stage]
+            seconds = 0.0
+            match stage:
+                case Stage.CONNECT:
+                    opened = first or not step.saved_by or fresh_connection
+                    seconds = net.handshake_s() if opened else 0.0
+                case Stage.UPGRADE:
+                    seconds = net.rtt_ms * ms
+                case Stage.UPLINK | Stage.DOWNLINK:
+                    seconds = net.one_way_s()
+                case Stage.AUTH:
+                    seconds = profile.auth.hop_ms * ms
+                case Stage.VALIDATION:
+                    seconds = cpu.fixed_s_per_turn  # parsing, event framing and bookkeeping, both ends
+                case Stage.INPUT_SAFETY:
+                    seconds = profile.safety.cost_s(scanned, fast=d.fast_classifiers)
+                    seconds += scanned * cpu.scan_s_per_token
+                    cost.tokens[stage] = scanned
+                case Stage.RENDER:
+                    seconds = rendered * cpu.tokenize_s_per_token
+                    cost.tokens[stage] = rendered
+                case Stage.ROUTING:
+                    # a hop on first use; after that, what the plan's mechanism saves is free
+                    hop = first or not step.saved_by
+                    seconds = profile.routing.model_config_hop_ms * ms if hop else 0.0
+                case Stage.INTERMEDIARY:
+                    seconds = profile.intermediary.hop_ms * ms
+                case Stage.PREFILL:
+                    seconds = uncached / prefill_tps
+                    cost.tokens[stage] = round(uncached)
+                case Stage.DECODE:
+                    seconds = turn.output_tokens / decode_tps
+                    cost.first_token = 1 / decode_tps
+                    cost.tokens[stage] = turn.output_tokens
+                case Stage.OUTPUT_SAFETY:
+                    seconds = profile.safety.cost_s(output, fast=d.fast_classifiers)
+                    cost.tokens[stage] = output
+                case Stage.BILLING:
+                    seconds = 0.0 if step.overlapped else profile.billing.hop_ms * ms
+            cost.stages[stage] = seconds
+        cost.tools = turn.tool_s
+        turns.append(cost)
+        # The output's markup joins the rendered buffer at retain; where retain waits for the
+        # end (an appended rollout), the next segment's render adds it.
+        retained = plan[Stage.RETAIN].runs_on(t, last)
+        unsettled = 0 if retained else turn.output_block_tokens - turn.output_tokens
         history += turn.new_tokens + turn.output_block_tokens
         history_items += turn.new_items + turn.output_items
-    return costs
+    return Prediction(d.name, turns)
 
 
-def end_to_end(costs: Sequence[TurnCost]) -> float:
-    """The rollout's end to end: every turn, tools included (the last turn runs none)."""
+def _over(step: Step, new: int, history: int) -> int:
+    """How much a stage works over: only the new input, or the history too."""
+    return new if step.over is Over.NEW else new + history
+
+
+def end_to_end(costs: Iterable[TurnCost]) -> float:
+    """The rollout's end to end: every turn, tools included (the last turn runs none).
+
+    >>> end_to_end([TurnCost(stages={Stage.DECODE: 0.5}, tools=0.25)])
+    0.75
+    """
     return sum(c.total for c in costs)
 
 
-def mean_ttft(costs: Sequence[TurnCost]) -> float:
+def mean_ttft(costs: Iterable[TurnCost]) -> float:
+    costs = list(costs)
     return sum(c.ttft for c in costs) / len(costs)

@@ -84,3 +84,8 @@ def authentication_error(message: str = "Incorrect API key provided.") -> APIErr
 
 def server_error(message: str = "The server had an error while processing your request.") -> APIError:
     return APIError(500, message, type="server_error", code="server_error")
+
+
+def as_api_error(exc: BaseException) -> APIError:
+    """The error a client sees for an exception escaping a response: itself, or a plain 500."""
+    return exc if isinstance(exc, APIError) else server_error()

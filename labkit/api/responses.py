@@ -13,6 +13,8 @@ TERMINAL_EVENT = {
     "failed": "response.failed",
     "cancelled": "response.cancelled",
 }
+TERMINAL_EVENTS = tuple(TERMINAL_EVENT.values())
+DELTA_EVENTS = ("response.output_text.delta", "response.function_call_arguments.delta")
 
 
 def usage(input_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, Any]:

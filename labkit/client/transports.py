@@ -23,11 +23,11 @@ from typing import Any, Protocol
 from openai import DefaultHttpxClient, OpenAI
 from websockets.sync.client import ClientConnection, connect
 
-from labkit.server.designs import DESIGN_HEADER
+from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
+from labkit.api.responses import DELTA_EVENTS, TERMINAL_EVENTS
+from labkit.designs import DESIGNS, Design
 
 Item = dict[str, Any]
-TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
 
 
 class TurnFailed(RuntimeError):
@@ -87,7 +87,7 @@ class _Timer:
         self.built = self.built or time.perf_counter()
 
     def see(self, kind: str) -> None:
-        if kind in DELTAS:
+        if kind in DELTA_EVENTS:
             now = time.perf_counter()
             self.first = self.first or now
             self.last = now
@@ -160,7 +160,7 @@ class StatelessHTTP:
             ) as stream:
                 for event in stream:
                     timer.see(event.type)
-                    if event.type in TERMINAL:
+                    if event.type in TERMINAL_EVENTS:
                         result = timer.result(event.response.model_dump(mode="json"))
                     elif event.type == "error":
                         raise TurnFailed(str(event))
@@ -203,7 +203,7 @@ class WebSocketMode:
         timer.request_left()
         for event in self._conn:
             timer.see(event.type)
-            if event.type in TERMINAL:
+            if event.type in TERMINAL_EVENTS:
                 result = timer.result(event.response.model_dump(mode="json"))
                 self._previous = result.response_id
                 return result
@@ -223,11 +223,10 @@ class WebSocketMode:
 class AppendedRollout:
     """labkit's extension: one response per rollout, resumed with ``response.append``."""
 
-    design = "appended"
-
-    def __init__(self, base_url: str, api_key: str) -> None:
+    def __init__(self, base_url: str, api_key: str, design: str = "appended") -> None:
+        self.design = design
         url = base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
-        self._url, self._api_key = f"{url}/responses?design=appended", api_key
+        self._url, self._api_key = f"{url}/responses?{DESIGN_QUERY}={design}", api_key
         self._ws: ClientConnection | None = None
         self._response_id: str | None = None
 
@@ -255,7 +254,7 @@ class AppendedRollout:
                 output.append(event["item"])
             elif kind == "response.done":  # paused on tool calls: this turn is over
                 return timer.result({"id": event["response_id"], "status": "requires_action"}, output)
-            elif kind in TERMINAL:
+            elif kind in TERMINAL_EVENTS:
                 return timer.result(event["response"], output)
             elif kind == "error":
                 raise TurnFailed(json.dumps(event))
@@ -269,12 +268,17 @@ class AppendedRollout:
             self._ws.close()
 
 
-def open_transport(design: str, base_url: str, api_key: str, *, fresh_connection: bool = False) -> Transport:
-    """The transport a design's client uses."""
-    if design in ("naive", "sprint"):
-        return StatelessHTTP(base_url, api_key, design, fresh_connection=fresh_connection)
-    if design == "websocket":
-        return WebSocketMode(base_url, api_key, design)
-    if design == "appended":
-        return AppendedRollout(base_url, api_key)
-    raise ValueError(f"unknown design '{design}'")
+def open_transport(
+    design: str | Design, base_url: str, api_key: str, *, fresh_connection: bool = False
+) -> Transport:
+    """The transport a design's client uses: the whole history over HTTP, WebSocket mode, or
+    the appended extension."""
+    if isinstance(design, str):
+        if design not in DESIGNS:
+            raise ValueError(f"unknown design '{design}'; known designs: {', '.join(DESIGNS)}")
+        design = DESIGNS[design]
+    if design.appended:
+        return AppendedRollout(base_url, api_key, design.name)
+    if design.transport == "websocket":
+        return WebSocketMode(base_url, api_key, design.name)
+    return StatelessHTTP(base_url, api_key, design.name, fresh_connection=fresh_connection)

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 
 from labkit.api.errors import APIError, server_error
+from labkit.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
 from labkit.engine.catalogue import load_catalogue
 from labkit.engine.tokenizer import encoding
 from labkit.paths import default_data_dir
@@ -22,7 +23,6 @@ from labkit.server import http
 from labkit.server.auth import Keys
 from labkit.server.billing import Ledger
 from labkit.server.database import Database
-from labkit.server.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
 from labkit.server.pipeline import Pipeline
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server.store import ResponseStore

@@ -30,7 +30,14 @@ class ServerStartError(RuntimeError):
 
 
 class LabkitServer:
-    """A ``labkit serve`` subprocess; use as a context manager or call ``start``/``stop``."""
+    """A ``labkit serve`` subprocess; use as a context manager or call ``start``/``stop``.
+
+        with LabkitServer(args=["--profile", "local"]) as server:
+            client = OpenAI(base_url=server.base_url, api_key="sk-local")
+
+        server = LabkitServer().start()      # in a notebook: start in one cell ...
+        server.close()                       # ... and stop in the last one
+    """
 
     def __init__(
         self,

@@ -10,11 +10,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from labkit.api.errors import APIError, invalid_request, response_not_found
+from labkit.api.errors import APIError, as_api_error, invalid_request, response_not_found
 from labkit.api.events import Event
+from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.sse import frame
-from labkit.server.designs import DESIGN_HEADER, select_design
-from labkit.server.pipeline import Pipeline, failure
+from labkit.designs import select_design
+from labkit.server.pipeline import Pipeline
+from labkit.server.responder import prepare, respond
 from labkit.server.traces import Trace
 from labkit.server.turn import Turn
 
@@ -49,7 +51,7 @@ async def create_response(request: Request) -> Response:
         await pipeline.uplink(trace)
         owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
         turn = Turn(design=design, owner=owner, trace=trace)
-        await pipeline.before_inference(turn, await read_json(request))
+        await prepare(pipeline, turn, await read_json(request))
     except APIError as err:
         return error_response(err)
     assert turn.req is not None
@@ -60,9 +62,9 @@ async def create_response(request: Request) -> Response:
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
     try:
-        await pipeline.respond(turn, emit=_discard)
+        await respond(pipeline, turn, emit=_discard)
     except Exception as exc:
-        return error_response(failure(exc))
+        return error_response(as_api_error(exc))
     return JSONResponse(turn.response)
 
 
@@ -80,9 +82,9 @@ async def sse_stream(pipeline: Pipeline, turn: Turn) -> AsyncIterator[bytes]:
 
     async def run() -> None:
         try:
-            await pipeline.respond(turn, emit)
+            await respond(pipeline, turn, emit)
         except Exception as exc:
-            await queue.put(failure(exc).sse_event(last_sequence + 1))
+            await queue.put(as_api_error(exc).sse_event(last_sequence + 1))
         finally:
             await queue.put(None)
 

@@ -1,6 +1,6 @@
-"""The API service's pipeline: one response, stage by stage, each stage recording a span.
+"""The API service's stages: each one small, named, and recording a span of what it did.
 
-Before inference (may refuse the request with an ``APIError``, before any event):
+Before inference (a stage may refuse the request with an ``APIError``, before any event):
 
     connect       open a connection (TCP + TLS round trips), where one is really opened
     uplink        the request crossing the network
@@ -19,10 +19,13 @@ Inference and after:
     prefill       the prompt tokens the replica's prefix cache lacks
     decode        sampling, paced at the model's speed
     output_safety the classifier over the new output
+    retain        the conversation's KV and rendering kept for the next turn
     storage       the response and its items into SQLite (store=true)
     billing       one ledger row, blocking or overlapped with the next request
 
-A ``Design`` decides what each stage does; the stages are the same for all.
+What a stage does under a design comes from the design's plan
+(``labkit.designs``); the order they run in is ``labkit.server.responder``'s
+(and ``labkit.server.appended``'s for the prototype).
 """
 
 from __future__ import annotations
@@ -32,41 +35,31 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from labkit.api.errors import (
-    APIError,
-    invalid_request,
-    model_not_found,
-    previous_response_not_found,
-    server_error,
-)
+from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
 from labkit.api.events import Event, ResponseEvents
 from labkit.api.ids import new_id, new_item_id
-from labkit.api.requests import CreateRequest, parse_create, parse_item, stored_form
-from labkit.api.responses import new_response, usage
+from labkit.api.requests import parse_create, stored_form
+from labkit.api.responses import new_response
+from labkit.api.stages import Stage
+from labkit.designs import Over, Runs
 from labkit.engine.catalogue import Catalogue, UnknownModel
 from labkit.engine.inference import Prefill
-from labkit.engine.policies import Action, Call, GenericPolicy, Policy, ScriptedPolicy, TurnContext
-from labkit.engine.render import TokenBuffer, content_text, header_key, item_block
+from labkit.engine.policies import Action, Call, GenericPolicy, Policy, TurnContext
+from labkit.engine.render import TokenBuffer, content_text, header_key
 from labkit.engine.tokenizer import decode, encode_text
-from labkit.scenarios import ScenarioNotFound, load_scenario
 from labkit.server.auth import Keys
 from labkit.server.billing import Billing, Charge, Ledger
 from labkit.server.network import ConnectionTracker
 from labkit.server.profiles import Profile
 from labkit.server.render_cache import PrefixHasher, RenderCache
 from labkit.server.routing import Router
-from labkit.server.safety import scan
+from labkit.server.safety import classifier_texts, scan
+from labkit.server.scripts import ScriptLibrary
 from labkit.server.store import ResponseStore
 from labkit.server.traces import Trace, TraceStore
-from labkit.server.turn import Conversation, Turn
+from labkit.server.turn import Turn
 
 Emit = Callable[[Event], Awaitable[None]]
-SCENARIO_KEY = "labkit_scenario"
-
-
-def item_texts(items: Sequence[dict[str, Any]]) -> list[str]:
-    """What a classifier reads of each item: its rendered header and body."""
-    return [" ".join(item_block(item)) for item in items]
 
 
 class Pipeline:
@@ -97,10 +90,8 @@ class Pipeline:
         self.render_cache = RenderCache()
         self.billing = Billing(ledger, profile.billing.hop_ms / 1000)
         self.connections = ConnectionTracker()
-        self.data_dir = data_dir
-        self._scripts: dict[str, Policy] = {}
+        self.scripts = ScriptLibrary(data_dir, policy or GenericPolicy())
         self.traces = traces or TraceStore()
-        self.default_policy = policy or GenericPolicy()
 
     @property
     def catalogue(self) -> Catalogue:
@@ -111,53 +102,45 @@ class Pipeline:
     async def connect(self, trace: Trace, client: tuple[str, int] | None, *, new: bool | None = None) -> None:
         """Pay the handshakes if this request opened a connection (read off the real socket)."""
         opened = self.connections.is_new(client) if new is None else new
-        with trace.stage("connect", new_connection=opened):
+        with trace.stage(Stage.CONNECT, new_connection=opened):
             if opened:
                 await _sleep(self.profile.network.handshake_s())
 
+    async def upgrade(self, trace: Trace) -> None:
+        """WebSocket mode: the upgrade request and its 101 answer, one round trip."""
+        with trace.stage(Stage.UPGRADE):
+            await _sleep(self.profile.network.rtt_ms / 1000)
+
     async def uplink(self, trace: Trace) -> None:
-        with trace.stage("uplink"):
+        with trace.stage(Stage.UPLINK):
             await _sleep(self.profile.network.one_way_s())
 
     async def authenticate(self, trace: Trace, authorization: str | None) -> str:
         """The real key check, plus the auth service hop; returns the owner id."""
-        with trace.stage("auth"):
+        with trace.stage(Stage.AUTH):
             owner = self.keys.owner(authorization)
             await _sleep(self.profile.auth.hop_ms / 1000)
         return owner
 
-    async def downlink(self, trace: Trace) -> None:
-        """The first byte of an answer crossing the network."""
-        with trace.stage("downlink"):
-            await _sleep(self.profile.network.one_way_s())
+    async def depart(self, turn: Turn) -> None:
+        """The answer's first byte of a segment crossing the network: paid once per segment."""
+        if turn.depart():
+            with turn.trace.stage(Stage.DOWNLINK):
+                await _sleep(self.profile.network.one_way_s())
 
     def sender(self, turn: Turn, emit: Emit) -> Emit:
         """``emit`` for this turn, paying the downlink before the first event of each segment."""
 
         async def send(event: Event) -> None:
-            if not turn._departed:
-                turn._departed = True
-                await self.downlink(turn.trace)
+            await self.depart(turn)
             await emit(event)
 
         return send
 
     # ------------------------------------------------------------ before inference
 
-    async def before_inference(self, turn: Turn, body: Any) -> None:
-        """Validation through intermediary; raises ``APIError`` before any event is sent."""
-        self.validate(turn, body)
-        self.hydrate(turn)
-        await self.input_safety(turn, turn.new_items if turn.cache_hit else turn.items)
-        self.render(turn)
-        await self.route(turn)
-        await self.intermediary(turn)
-        assert turn.req is not None and turn.model is not None
-        turn.policy = self.policy_for(turn.req)
-        turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
-
     def validate(self, turn: Turn, body: Any) -> None:
-        with turn.trace.stage("validation") as span:
+        with turn.trace.stage(Stage.VALIDATION) as span:
             turn.req = parse_create(body)
             span.items = len(turn.req.items)
             if turn.req.background:
@@ -166,7 +149,7 @@ class Pipeline:
     def hydrate(self, turn: Turn) -> None:
         req = turn.req
         assert req is not None
-        with turn.trace.stage("hydration") as span:
+        with turn.trace.stage(Stage.HYDRATION) as span:
             prev = req.previous_response_id
             cached = turn.cached if turn.design.connection_cache else None
             if prev is None:
@@ -198,10 +181,17 @@ class Pipeline:
             resolved.append(item)
         return resolved
 
+    def unseen_input(self, turn: Turn) -> list[dict[str, Any]]:
+        """What the input classifier must read: per the plan, the whole history or only the new
+        items (when the connection cache vouches for the rest)."""
+        if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.cache_hit:
+            return turn.new_items
+        return turn.items
+
     async def input_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
         """Scan the items for real, then spend the modeled classifier time for what was scanned."""
-        with turn.trace.stage("input_safety") as span:
-            result = scan(item_texts(items))
+        with turn.trace.stage(Stage.INPUT_SAFETY) as span:
+            result = scan(classifier_texts(items))
             span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
             await _sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
 
@@ -209,13 +199,14 @@ class Pipeline:
         """Tokenize only what no cache holds: the connection's buffer, or the sprint's render cache."""
         req = turn.req
         assert req is not None
-        with turn.trace.stage("render") as span:
+        with turn.trace.stage(Stage.RENDER) as span:
             key = header_key(req.instructions, req.tools)
             cached = turn.cached if turn.cache_hit else None
-            if cached is not None and cached.buffer.key == key:
+            reuse = turn.plan[Stage.RENDER].over is Over.NEW
+            if reuse and cached is not None and cached.buffer.key == key:
                 buffer, todo, span.detail["cache"] = cached.buffer.fork(), turn.new_items, "connection"
                 turn.hasher = cached.hasher.copy() if cached.hasher else None
-            elif turn.design.render_cache:
+            elif reuse and turn.design.render_cache:
                 turn.hasher = PrefixHasher(key)
                 found, used = self.render_cache.longest_prefix(turn.hasher.extend(turn.items))
                 buffer = found or TokenBuffer.start(req.instructions, req.tools)
@@ -234,7 +225,7 @@ class Pipeline:
     async def route(self, turn: Turn) -> None:
         req = turn.req
         assert req is not None
-        with turn.trace.stage("routing") as span:
+        with turn.trace.stage(Stage.ROUTING) as span:
             cached = turn.cached if turn.cache_hit else None
             if cached is not None and cached.model.name == req.model:
                 turn.model, turn.replica, span.detail["reused"] = cached.model, cached.replica, True
@@ -252,26 +243,15 @@ class Pipeline:
             span.detail["replica"] = turn.replica.name
 
     async def intermediary(self, turn: Turn) -> None:
-        if turn.design.intermediary_hop:
-            with turn.trace.stage("intermediary"):
+        if turn.plan[Stage.INTERMEDIARY].runs is not Runs.NEVER:
+            with turn.trace.stage(Stage.INTERMEDIARY):
                 await _sleep(self.profile.intermediary.hop_ms / 1000)
 
-    def policy_for(self, req: CreateRequest) -> Policy:
-        """The generic policy, or the scripted one ``metadata.labkit_scenario`` names."""
-        name = (req.metadata or {}).get(SCENARIO_KEY)
-        if not name:
-            return self.default_policy
-        if name not in self._scripts:
-            try:
-                steps = load_scenario(name, self.data_dir).steps if self.data_dir else None
-            except ScenarioNotFound as exc:
-                raise invalid_request(
-                    str(exc), param=f"metadata.{SCENARIO_KEY}", code="invalid_value"
-                ) from None
-            if steps is None:
-                raise invalid_request("This server has no scenarios.", param=f"metadata.{SCENARIO_KEY}")
-            self._scripts[name] = ScriptedPolicy.from_steps(steps)
-        return self._scripts[name]
+    def open_response(self, turn: Turn) -> None:
+        """The Response object this turn will stream, and the policy that decides its output."""
+        assert turn.req is not None and turn.model is not None
+        turn.policy = self.scripts.policy_for(turn.req.metadata)
+        turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
 
     # ------------------------------------------------------------ inference
 
@@ -279,10 +259,10 @@ class Pipeline:
         """Queue, prefill, decode one sampling segment; returns (truncated, paused on a call)."""
         req, model, replica, buffer = turn.req, turn.model, turn.replica, turn.buffer
         assert req is not None and model is not None and replica is not None and buffer is not None
-        with turn.trace.stage("queue"):
+        with turn.trace.stage(Stage.QUEUE):
             await self.slots[replica.name].acquire()
         try:
-            with turn.trace.stage("prefill") as span:
+            with turn.trace.stage(Stage.PREFILL) as span:
                 prefill: Prefill = await replica.prefill(model, buffer.prompt(), buffer.block_keys)
                 span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
             turn.prompt_tokens += prefill.prompt_tokens
@@ -298,10 +278,8 @@ class Pipeline:
                     max_output_tokens=req.max_output_tokens,
                 )
             )
-            if not turn._departed:  # a resumed segment's first event: pay the network before decoding
-                turn._departed = True
-                await self.downlink(turn.trace)
-            with turn.trace.stage("decode") as span:
+            await self.depart(turn)  # a resumed segment's first event: the network before decoding
+            with turn.trace.stage(Stage.DECODE) as span:
                 before = turn.produced
                 truncated = await self._decode(turn, events, actions, emit)
                 span.tokens, span.items = turn.produced - before, len(actions)
@@ -342,7 +320,7 @@ class Pipeline:
     # ------------------------------------------------------------ after inference
 
     async def output_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
-        with turn.trace.stage("output_safety") as span:
+        with turn.trace.stage(Stage.OUTPUT_SAFETY) as span:
             texts = [
                 content_text(i.get("content")) if i["type"] == "message" else i["arguments"] for i in items
             ]
@@ -364,7 +342,7 @@ class Pipeline:
     def retain(self, turn: Turn) -> None:
         """Settle the outputs and keep the whole conversation's KV (and rendering) for next time."""
         assert turn.buffer is not None and turn.replica is not None
-        with turn.trace.stage("retain") as span:
+        with turn.trace.stage(Stage.RETAIN) as span:
             span.tokens = self.settle(turn)
             turn.buffer.block_keys = turn.replica.retain(turn.buffer.ids, turn.buffer.block_keys)
             if turn.design.render_cache:
@@ -379,7 +357,7 @@ class Pipeline:
         assert req is not None
         if not req.store:
             return
-        with turn.trace.stage("storage") as span:
+        with turn.trace.stage(Stage.STORAGE) as span:
             output = turn.response["output"]
             # An appended rollout's tool results are inputs too (stored after the first input).
             inputs = turn.new_items + [i for i in turn.appended if i not in output]
@@ -404,108 +382,20 @@ class Pipeline:
 
     async def bill(self, turn: Turn, status: str) -> None:
         """Blocking billing waits for the service; overlapped billing only queues the charge."""
-        with turn.trace.stage("billing", overlapped=turn.design.async_billing):
+        overlapped = turn.plan[Stage.BILLING].overlapped
+        with turn.trace.stage(Stage.BILLING, overlapped=overlapped):
             charge = self.charge(turn, status)
-            if turn.design.async_billing:
+            if overlapped:
                 self.billing.charge_later(charge)
             else:
                 await self.billing.charge(charge)
 
-    # ------------------------------------------------------------ whole responses
-
-    async def respond(self, turn: Turn, emit: Emit) -> Conversation:
-        """Inference and post-inference for a prepared turn, streaming events through ``emit``."""
-        events, send = ResponseEvents(turn.response), self.sender(turn, emit)
-
-        try:
-            for event in events.start():
-                await send(event)
-            truncated, _ = await self.infer(turn, events, send)
-            return await self.finish(turn, events, send, truncated)
-        finally:
-            if not turn.billed and turn.prompt_tokens:
-                self.billing.charge_later(self.charge(turn, "cancelled"))
-
-    async def finish(self, turn: Turn, events: ResponseEvents, send: Emit, truncated: bool) -> Conversation:
-        """Post-inference work, the terminal event, and the conversation a follow-up can reuse."""
-        output = turn.response["output"]
-        status = "incomplete" if truncated else "completed"
-        await self.output_safety(turn, output)
-        self.retain(turn)
-        reason = "max_output_tokens" if truncated else None
-        terminal = events.finish(status, usage(turn.prompt_tokens, turn.cached_tokens, turn.produced), reason)
-        self.storage(turn)
-        if not turn.design.async_billing:
-            await self.bill(turn, status)
-        await send(terminal)
-        if turn.design.async_billing:
-            await self.bill(turn, status)
-        self.traces.put(turn.owner, turn.response["id"], turn.trace)
-        assert turn.buffer is not None and turn.model is not None and turn.replica is not None
-        return Conversation(
-            response=turn.response,
-            items=turn.items,
-            buffer=turn.buffer,
-            model=turn.model,
-            replica=turn.replica,
-            hasher=turn.hasher,
-        )
-
-    async def respond_appended(
-        self, turn: Turn, emit: Emit, next_append: Callable[[], Awaitable[list[Any]]]
-    ) -> Conversation:
-        """The prototype: one response for a whole rollout, paused at each tool call.
-
-        After a segment ends in a function call the server sends ``response.done``
-        with the pending calls and waits for the client's ``response.append``;
-        the appended items are rendered onto the same buffer and sampling
-        resumes in the same response. Post-inference work runs once, at the end.
-        """
-        events, send = ResponseEvents(turn.response), self.sender(turn, emit)
-
-        try:
-            for event in events.start():
-                await send(event)
-            while True:
-                truncated, paused = await self.infer(turn, events, send)
-                if truncated or not paused:
-                    return await self.finish(turn, events, send, truncated)
-                await send(events.pause(turn.unsettled()[0]))
-                raw = await next_append()
-                turn.trace.segment += 1
-                turn._departed = False
-                await self.uplink(turn.trace)
-                self.append_segment(turn, raw)
-        finally:
-            if not turn.billed and turn.prompt_tokens:
-                self.billing.charge_later(self.charge(turn, "cancelled"))
-
-    def append_segment(self, turn: Turn, raw: Any) -> None:
-        """Validate and render only the appended items (after the outputs they answer)."""
-        assert turn.buffer is not None
-        with turn.trace.stage("validation") as span:
-            if not isinstance(raw, list):
-                raise invalid_request("'input' of response.append must be a list of items.", param="input")
-            appended = [stored_form({"id": new_item_id(i["type"]), **i}) for i in _parse_items(raw)]
-            span.items = len(appended)
-        with turn.trace.stage("render") as span:
-            before = turn.buffer.encoded
-            self.settle(turn)
-            turn.buffer.append(appended)
-            turn.appended += appended
-            span.items, span.tokens = len(appended), turn.buffer.encoded - before
-            span.detail["prompt_tokens"] = len(turn.buffer.ids)
-
-
-def _parse_items(raw: list[Any]) -> list[dict[str, Any]]:
-    return [parse_item(item, f"input[{i}]") for i, item in enumerate(raw)]
+    def bill_if_abandoned(self, turn: Turn) -> None:
+        """A response that ended early (an error, a disconnect) still pays for its prompt."""
+        if not turn.billed and turn.prompt_tokens:
+            self.billing.charge_later(self.charge(turn, "cancelled"))
 
 
 async def _sleep(seconds: float) -> None:
     if seconds > 0:
         await asyncio.sleep(seconds)
-
-
-def failure(exc: BaseException) -> APIError:
-    """The error a client sees for an exception escaping a turn."""
-    return exc if isinstance(exc, APIError) else server_error()

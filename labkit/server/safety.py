@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from labkit.engine.render import item_block
 from labkit.engine.tokenizer import encode_text
 
 PATTERNS = {
@@ -36,6 +38,15 @@ class ScanResult:
     tokens: int = 0
     characters: int = 0
     flags: list[str] = field(default_factory=list)
+
+
+def classifier_texts(items: Iterable[dict[str, Any]]) -> list[str]:
+    """What a classifier reads of each input item: its rendered header and body.
+
+    >>> classifier_texts([{"type": "function_call_output", "call_id": "c1", "output": "ok"}])
+    ['tool call_id=c1 ok']
+    """
+    return [" ".join(item_block(item)) for item in items]
 
 
 def scan(texts: Iterable[str]) -> ScanResult:

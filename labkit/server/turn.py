@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.api.requests import CreateRequest
+from labkit.designs import Design, Plan
 from labkit.engine.catalogue import ModelSpec
 from labkit.engine.inference import Replica
 from labkit.engine.policies import Policy
 from labkit.engine.render import TokenBuffer
-from labkit.server.designs import Design
 from labkit.server.render_cache import PrefixHasher
 from labkit.server.traces import Trace
 
@@ -53,7 +53,21 @@ class Turn:
     cached_tokens: int = 0
     produced: int = 0
     billed: bool = False
-    _departed: bool = False
+    departed: bool = False  # the answer's first byte has left in the current segment
+
+    @property
+    def plan(self) -> Plan:
+        return self.design.plan
+
+    def depart(self) -> bool:
+        """True the first time it is asked in a segment: the downlink is paid once per segment."""
+        first, self.departed = not self.departed, True
+        return first
+
+    def next_segment(self) -> None:
+        """An appended rollout resumes: later spans belong to the next segment (turn)."""
+        self.trace.segment += 1
+        self.departed = False
 
     @property
     def items(self) -> list[dict[str, Any]]:

@@ -27,13 +27,16 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from labkit.api.errors import APIError, invalid_request
+from labkit.api.errors import APIError, as_api_error, invalid_request
 from labkit.api.events import Event
+from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.api.requests import parse_item
 from labkit.api.sse import encode_event
+from labkit.designs import Design, select_design
 from labkit.engine.inference import Replica
-from labkit.server.designs import DESIGN_HEADER, Design, select_design
-from labkit.server.pipeline import Pipeline, failure
+from labkit.server.appended import respond_appended
+from labkit.server.pipeline import Pipeline
+from labkit.server.responder import prepare, respond
 from labkit.server.traces import Span, Trace
 from labkit.server.turn import Conversation, Turn
 
@@ -194,19 +197,19 @@ class WebSocketSession:
             if body.get("background"):
                 raise invalid_request("background is not supported in WebSocket mode.", param="background")
             await self.pipeline.uplink(turn.trace)
-            await self.pipeline.before_inference(turn, body)
+            await prepare(self.pipeline, turn, body)
             if self.design.appended:
                 lane.in_rollout, lane.rollout_id = True, turn.response["id"]
-                lane.cache = await self.pipeline.respond_appended(turn, emit, lane.appends.get)
+                lane.cache = await respond_appended(self.pipeline, turn, emit, lane.appends.get)
             else:
-                lane.cache = await self.pipeline.respond(turn, emit)
+                lane.cache = await respond(self.pipeline, turn, emit)
             self.replica = lane.cache.replica
         except (WebSocketDisconnect, asyncio.CancelledError):
             raise
         except Exception as exc:
             if lane.cache is not None and lane.cache.response["id"] == previous:
                 lane.cache = None  # a failed turn evicts what it referenced
-            await self.send(failure(exc).ws_event(), lane.stream_id)
+            await self.send(as_api_error(exc).ws_event(), lane.stream_id)
         finally:
             lane.in_rollout, lane.rollout_id = False, None
             while not lane.appends.empty():
@@ -219,12 +222,11 @@ async def websocket_endpoint(ws: WebSocket) -> None:
     pipeline: Pipeline = state.pipeline
     trace = Trace()
     await pipeline.connect(trace, None, new=True)
-    with trace.stage("upgrade"):  # the upgrade request and its 101 answer: one round trip
-        await asyncio.sleep(pipeline.profile.network.rtt_ms / 1000)
+    await pipeline.upgrade(trace)
     try:
         owner = await pipeline.authenticate(trace, ws.headers.get("authorization"))
         design = select_design(
-            ws.headers.get(DESIGN_HEADER) or ws.query_params.get("design"), state.ws_design
+            ws.headers.get(DESIGN_HEADER) or ws.query_params.get(DESIGN_QUERY), state.ws_design
         )
     except APIError:
         await ws.close(code=1008)  # refused before the upgrade completes: HTTP 403

@@ -1,0 +1,223 @@
+"""The four designs, and each design's stage plan: which stages run, when, and over what.
+
+A design is a set of mechanisms, switched on by name, so each design reads as
+the one before it plus a few changes:
+
+| design    | the client                                 | what it adds                                  |
+|-----------|--------------------------------------------|-----------------------------------------------|
+| naive     | HTTP, the whole history every turn         | nothing: every stage over everything          |
+| sprint    | the same                                   | render cache, model-config cache, no          |
+|           |                                            | intermediary hop, fast classifiers            |
+| websocket | one socket, previous_response_id + new     | the connection cache, overlapped billing      |
+| appended  | one socket, one long response, appends     | the whole rollout as one response             |
+
+``Design.plan`` turns the mechanisms into a ``Plan``: for every stage (see
+``labkit.api.stages``), whether it runs on every turn, the first, the last or
+never, and whether it works over the whole history, only the new items, or
+the new output. The server's pipeline reads the plan to decide what a stage
+does; the cost model reads the same plan to price it; a test checks that a
+real rollout records, turn by turn, the stages the plan names.
+
+    >>> print(NAIVE.plan[Stage.INPUT_SAFETY], "|", WEBSOCKET.plan[Stage.INPUT_SAFETY])
+    every turn, over the whole history | every turn, over the new items (fast classifier)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from labkit.api.errors import invalid_request
+from labkit.api.extensions import DESIGN_HEADER
+from labkit.api.stages import Stage
+
+# ---------------------------------------------------------------- the plan of one design
+
+
+class Runs(StrEnum):
+    EVERY_TURN = "every turn"
+    FIRST_TURN = "first turn"  # once per connection, or once per appended rollout
+    LAST_TURN = "last turn"  # once per appended rollout, at its end
+    NEVER = "skipped"
+
+
+class Over(StrEnum):
+    FIXED = "fixed"  # a hop or a round trip: the same cost whatever the size
+    HISTORY = "the whole history"  # everything the conversation holds, again every turn
+    NEW = "the new items"  # only what the client added since the previous turn
+    OUTPUT = "the output"  # what the model sampled (an appended rollout: all of it, at the end)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one stage does under a design."""
+
+    runs: Runs
+    over: Over = Over.FIXED
+    saved_by: str = ""  # the mechanism that makes it cheap, if any
+    overlapped: bool = False  # runs off the critical path, beside the next request
+    stored_only: bool = False  # runs only for ``store=true`` requests
+
+    def runs_on(self, turn: int, last: bool) -> bool:
+        """Whether the stage runs on turn ``turn`` (0-based) of a rollout; ``last``: the final turn."""
+        if self.runs is Runs.EVERY_TURN:
+            return True
+        if self.runs is Runs.FIRST_TURN:
+            return turn == 0
+        if self.runs is Runs.LAST_TURN:
+            return last
+        return False
+
+    def __str__(self) -> str:
+        text = str(self.runs)
+        if self.runs is not Runs.NEVER and self.over is not Over.FIXED:
+            text += f", over {self.over}"
+        notes = [n for n in (self.saved_by, "overlapped" if self.overlapped else "") if n]
+        if self.stored_only:
+            notes.append("store=true only")
+        return f"{text} ({', '.join(notes)})" if notes and self.runs is not Runs.NEVER else text
+
+
+class Plan(Mapping[Stage, Step]):
+    """Every stage's ``Step`` under one design, in the order a response meets the stages."""
+
+    def __init__(self, steps: dict[Stage, Step]) -> None:
+        missing = [s for s in Stage if s not in steps]
+        if missing:
+            raise ValueError(f"a plan needs every stage; missing: {', '.join(missing)}")
+        self._steps = {stage: steps[stage] for stage in Stage}
+
+    def __getitem__(self, stage: Stage) -> Step:
+        return self._steps[stage]
+
+    def __iter__(self) -> Iterator[Stage]:
+        return iter(self._steps)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def stages_on(self, turn: int, last: bool, *, store: bool = False) -> list[Stage]:
+        """The stages a rollout's turn runs, in order.
+
+        >>> [str(s) for s in APPENDED.plan.stages_on(1, last=False)]
+        ['uplink', 'validation', 'input_safety', 'render', 'downlink', 'queue', 'prefill', 'decode']
+        """
+        return [
+            stage
+            for stage, step in self._steps.items()
+            if step.runs_on(turn, last) and (store or not step.stored_only)
+        ]
+
+
+# ---------------------------------------------------------------- designs
+
+
+@dataclass(frozen=True)
+class Design:
+    """A configuration of the one pipeline: the mechanisms it switches on.
+
+    >>> WEBSOCKET.transport, WEBSOCKET.plan[Stage.BILLING].overlapped
+    ('websocket', True)
+    >>> replace(NAIVE, name="naive+render_cache", render_cache=True).plan[Stage.RENDER].over
+    <Over.NEW: 'the new items'>
+    """
+
+    name: str
+    render_cache: bool = False  # rendered tokens kept in memory, keyed by the conversation prefix
+    model_config_cache: bool = False  # model configuration kept in memory after the first lookup
+    intermediary_hop: bool = True  # inference reached through an intermediary service
+    fast_classifiers: bool = False  # the sprint's faster safety stack
+    connection_cache: bool = False  # one socket; the previous response's state kept on it
+    overlapped_billing: bool = False  # billing overlapped with the next request instead of blocking
+    appended: bool = False  # the whole rollout as one response, resumed by response.append
+
+    @property
+    def transport(self) -> str:
+        """How its client talks to the server: ``http`` (whole history) or ``websocket``."""
+        return "websocket" if self.connection_cache or self.appended else "http"
+
+    @cached_property
+    def plan(self) -> Plan:
+        return plan_of(self)
+
+
+NAIVE = Design("naive")
+SPRINT = replace(
+    NAIVE,
+    name="sprint",
+    render_cache=True,
+    model_config_cache=True,
+    intermediary_hop=False,
+    fast_classifiers=True,
+)
+WEBSOCKET = replace(SPRINT, name="websocket", connection_cache=True, overlapped_billing=True)
+APPENDED = replace(WEBSOCKET, name="appended", appended=True)
+
+DESIGNS = {d.name: d for d in (NAIVE, SPRINT, WEBSOCKET, APPENDED)}
+DEFAULT_HTTP = SPRINT
+DEFAULT_WEBSOCKET = WEBSOCKET
+
+
+def plan_of(d: Design) -> Plan:
+    """The one place that says what each mechanism changes, stage by stage."""
+    socket = d.transport == "websocket"
+    # An appended rollout's later segments skip the pre-inference work that the
+    # paused response already holds, and its post-inference work waits for the end.
+    pre = Runs.FIRST_TURN if d.appended else Runs.EVERY_TURN
+    post = Runs.LAST_TURN if d.appended else Runs.EVERY_TURN
+    seen_once = Over.NEW if socket else Over.HISTORY
+    classifier = "fast classifier" if d.fast_classifiers else ""
+    render_saved = "connection cache" if socket else "render cache" if d.render_cache else ""
+    routing_saved = (
+        "reused on the connection" if socket else "model-config cache" if d.model_config_cache else ""
+    )
+    return Plan(
+        {
+            Stage.CONNECT: Step(Runs.FIRST_TURN) if socket else Step(Runs.EVERY_TURN, saved_by="keep-alive"),
+            Stage.UPGRADE: Step(Runs.FIRST_TURN if socket else Runs.NEVER),
+            Stage.UPLINK: Step(Runs.EVERY_TURN),
+            Stage.AUTH: Step(Runs.FIRST_TURN if socket else Runs.EVERY_TURN),
+            Stage.VALIDATION: Step(Runs.EVERY_TURN, seen_once),
+            Stage.HYDRATION: Step(pre, saved_by="connection cache" if socket and not d.appended else ""),
+            Stage.INPUT_SAFETY: Step(Runs.EVERY_TURN, seen_once, saved_by=classifier),
+            Stage.RENDER: Step(Runs.EVERY_TURN, Over.NEW if render_saved else Over.HISTORY, render_saved),
+            Stage.ROUTING: Step(pre, saved_by="" if d.appended else routing_saved),
+            Stage.INTERMEDIARY: Step(Runs.EVERY_TURN if d.intermediary_hop else Runs.NEVER),
+            Stage.DOWNLINK: Step(Runs.EVERY_TURN),
+            Stage.QUEUE: Step(Runs.EVERY_TURN),
+            Stage.PREFILL: Step(Runs.EVERY_TURN, Over.NEW, saved_by="prefix cache"),
+            Stage.DECODE: Step(Runs.EVERY_TURN, Over.OUTPUT),
+            Stage.OUTPUT_SAFETY: Step(post, Over.OUTPUT, saved_by=classifier),
+            Stage.RETAIN: Step(post, Over.OUTPUT),
+            Stage.STORAGE: Step(post, Over.OUTPUT, stored_only=True),
+            Stage.BILLING: Step(post, overlapped=d.overlapped_billing),
+        }
+    )
+
+
+def plan_rows(designs: Mapping[str, Design] | None = None) -> list[dict[str, Any]]:
+    """The plans side by side: one row per stage, one column per design (for a table).
+
+    >>> row = next(r for r in plan_rows() if r["stage"] == "render")
+    >>> row["naive"], row["websocket"]
+    ('every turn, over the whole history', 'every turn, over the new items (connection cache)')
+    """
+    chosen = designs or DESIGNS
+    return [{"stage": str(stage), **{n: str(d.plan[stage]) for n, d in chosen.items()}} for stage in Stage]
+
+
+def select_design(name: str | None, default: Design) -> Design:
+    """The design a request asked for, or the transport's default; unknown names are a 400."""
+    if not name:
+        return default
+    try:
+        return DESIGNS[name]
+    except KeyError:
+        raise invalid_request(
+            f"Unknown labkit design '{name}'. Known designs: {', '.join(DESIGNS)}.",
+            param=DESIGN_HEADER,
+            code="invalid_value",
+        ) from None

@@ -1,0 +1,65 @@
+"""The appended-rollout prototype (labkit extension): one response for a whole rollout.
+
+After a sampling segment ends in a function call, the server sends
+``response.done`` with the pending calls and waits for the client's
+``response.append``; the appended items are checked, classified and rendered
+onto the same buffer, and sampling resumes in the same response. What the
+paused response already holds (hydration, routing) is not done again, and the
+post-inference work runs once, at the end. The wire format is in
+``docs/appended.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from labkit.api.errors import invalid_request
+from labkit.api.events import ResponseEvents
+from labkit.api.ids import new_item_id
+from labkit.api.requests import parse_item, stored_form
+from labkit.api.stages import Stage
+from labkit.server.pipeline import Emit, Pipeline
+from labkit.server.responder import finish
+from labkit.server.turn import Conversation, Turn
+
+
+async def respond_appended(
+    pipeline: Pipeline, turn: Turn, emit: Emit, next_append: Callable[[], Awaitable[list[Any]]]
+) -> Conversation:
+    """Sample segment after segment, pausing at each function call until the client appends."""
+    events, send = ResponseEvents(turn.response), pipeline.sender(turn, emit)
+    try:
+        for event in events.start():
+            await send(event)
+        while True:
+            truncated, paused = await pipeline.infer(turn, events, send)
+            if truncated or not paused:
+                return await finish(pipeline, turn, events, send, truncated)
+            await send(events.pause(turn.unsettled()[0]))
+            raw = await next_append()
+            turn.next_segment()
+            await pipeline.uplink(turn.trace)
+            await append_segment(pipeline, turn, raw)
+    finally:
+        pipeline.bill_if_abandoned(turn)
+
+
+async def append_segment(pipeline: Pipeline, turn: Turn, raw: Any) -> None:
+    """Validate, classify and render only the appended items (after the outputs they answer)."""
+    assert turn.buffer is not None
+    with turn.trace.stage(Stage.VALIDATION) as span:
+        if not isinstance(raw, list):
+            raise invalid_request("'input' of response.append must be a list of items.", param="input")
+        parsed = [parse_item(item, f"input[{i}]") for i, item in enumerate(raw)]
+        appended = [stored_form({"id": new_item_id(i["type"]), **i}) for i in parsed]
+        span.items = len(appended)
+    # New input is new to the classifier too: the prototype stopped re-reading the history, not this.
+    await pipeline.input_safety(turn, appended)
+    with turn.trace.stage(Stage.RENDER) as span:
+        before = turn.buffer.encoded
+        pipeline.settle(turn)
+        turn.buffer.append(appended)
+        turn.appended += appended
+        span.items, span.tokens = len(appended), turn.buffer.encoded - before
+        span.detail["prompt_tokens"] = len(turn.buffer.ids)

@@ -1,0 +1,69 @@
+"""One response, start to finish: the order in which the pipeline's stages run.
+
+``prepare`` runs everything before inference and may refuse the request (an
+``APIError`` before any event is sent); ``respond`` streams the events
+through ``emit`` and returns the conversation a follow-up can reuse.
+``labkit.server.appended`` is the prototype's variant of ``respond``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.api.events import ResponseEvents
+from labkit.api.responses import usage
+from labkit.api.stages import Stage
+from labkit.server.pipeline import Emit, Pipeline
+from labkit.server.turn import Conversation, Turn
+
+
+async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
+    """Validation through the intermediary hop; raises ``APIError`` before any event is sent."""
+    pipeline.validate(turn, body)
+    pipeline.hydrate(turn)
+    await pipeline.input_safety(turn, pipeline.unseen_input(turn))
+    pipeline.render(turn)
+    await pipeline.route(turn)
+    await pipeline.intermediary(turn)
+    pipeline.open_response(turn)
+
+
+async def respond(pipeline: Pipeline, turn: Turn, emit: Emit) -> Conversation:
+    """Inference and post-inference for a prepared turn, streaming events through ``emit``."""
+    events, send = ResponseEvents(turn.response), pipeline.sender(turn, emit)
+    try:
+        for event in events.start():
+            await send(event)
+        truncated, _ = await pipeline.infer(turn, events, send)
+        return await finish(pipeline, turn, events, send, truncated)
+    finally:
+        pipeline.bill_if_abandoned(turn)
+
+
+async def finish(
+    pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit, truncated: bool
+) -> Conversation:
+    """Post-inference work, the terminal event, and the conversation a follow-up can reuse."""
+    status = "incomplete" if truncated else "completed"
+    await pipeline.output_safety(turn, turn.response["output"])
+    pipeline.retain(turn)
+    reason = "max_output_tokens" if truncated else None
+    terminal = events.finish(status, usage(turn.prompt_tokens, turn.cached_tokens, turn.produced), reason)
+    pipeline.storage(turn)
+    # Blocking billing holds the answer back; overlapped billing runs beside the next request.
+    overlapped = turn.plan[Stage.BILLING].overlapped
+    if not overlapped:
+        await pipeline.bill(turn, status)
+    await send(terminal)
+    if overlapped:
+        await pipeline.bill(turn, status)
+    pipeline.traces.put(turn.owner, turn.response["id"], turn.trace)
+    assert turn.buffer is not None and turn.model is not None and turn.replica is not None
+    return Conversation(
+        response=turn.response,
+        items=turn.items,
+        buffer=turn.buffer,
+        model=turn.model,
+        replica=turn.replica,
+        hasher=turn.hasher,
+    )

@@ -19,14 +19,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from labkit.analysis.frames import (
-    CLIENT_INSTANTS,
-    CLIENT_STAGES,
-    COLUMNS,
-    INFERENCE_STAGES,
-    bucket_of,
-)
+from labkit.analysis.frames import COLUMNS
 from labkit.analysis.metrics import end_to_end, summary, turns
+from labkit.api.stages import CLIENT_INSTANTS, CLIENT_STAGES, INFERENCE_STAGES, bucket_of
 
 # (turn, stage, source, start, end, tokens); client instants have end == start.
 SPANS: list[tuple[int, str, str, float, float, int]] = [
@@ -89,7 +84,9 @@ def make_frame(spans: list[tuple[int, str, str, float, float, int]] = SPANS) -> 
             "source": source,
             "start": start,
             "duration": end - start,
+            "items": 0,
             "tokens": tokens,
+            "detail": {},
             "response_id": f"resp_{turn}",
         }
         for turn, stage, source, start, end, tokens in spans

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from labkit.api.extensions import SCENARIO_KEY, TRACES_PATH
 from labkit.client.tools import TOOL_SPECS, Sandbox, run_tool
 from labkit.client.transports import TurnRequest, TurnResult, open_transport
 from labkit.engine.policies import text_of_tokens
 from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario
-from labkit.server.pipeline import SCENARIO_KEY
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,7 +47,11 @@ class ToolRun:
 
 @dataclass
 class TurnRecord:
-    """One turn as the client saw it, on the client's monotonic clock."""
+    """One turn as the client saw it, on the client's monotonic clock (seconds).
+
+        for record in Rollout("websocket").play(server.base_url):
+            print(record.turn, record.calls, f"TTFT {record.ttft * 1000:.0f} ms")
+    """
 
     design: str
     turn: int
@@ -165,10 +169,22 @@ def _replayable(item: Item) -> Item:
 
 @dataclass
 class Rollout:
-    """A finished rollout: the client's turns and, fetched afterwards, the server's spans."""
+    """One rollout of a scenario over one design: the client's turns and the server's spans.
+
+    ``Rollout.run`` plays it to the end; ``play`` yields each turn as it
+    completes (for a live plot) and fetches the server's spans once the last
+    turn is done, so fetching them does not slow the rollout down.
+
+        rollout = Rollout.run(server.base_url, "websocket", "fix-failing-test")
+        rollout.frame()                      # one row per span, server and client
+
+        rollout = Rollout("naive")
+        for record in rollout.play(server.base_url, "fix-failing-test"):
+            print(record.turn, record.ttft)
+    """
 
     design: str
-    records: list[TurnRecord]
+    records: list[TurnRecord] = field(default_factory=list)
     spans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
@@ -178,27 +194,41 @@ class Rollout:
         design: str,
         scenario: str | Scenario = "fix-failing-test",
         *,
-        data_dir: Path | None = None,
         on_turn: Callable[[TurnRecord], None] | None = None,
-        api_key: str = DEFAULT_KEY,
         **options: Any,
     ) -> Rollout:
-        if isinstance(scenario, str):
-            scenario = load_scenario(scenario, data_dir or default_data_dir())
-        records = []
-        for record in run_rollout(base_url, design, scenario, api_key=api_key, **options):
-            records.append(record)
+        """Play the whole rollout; ``on_turn`` is called with each turn as it completes."""
+        rollout = cls(design)
+        for record in rollout.play(base_url, scenario, **options):
             if on_turn is not None:
                 on_turn(record)
-        rollout = cls(design, records)
-        rollout.fetch_spans(base_url, api_key)
         return rollout
+
+    def play(
+        self,
+        base_url: str,
+        scenario: str | Scenario = "fix-failing-test",
+        *,
+        data_dir: Path | None = None,
+        api_key: str = DEFAULT_KEY,
+        **options: Any,
+    ) -> Iterator[TurnRecord]:
+        """Run the rollout, yielding each ``TurnRecord`` as its turn completes (and keeping it).
+
+        ``options``: ``model``, ``fresh_connection``, ``prompt_cache_key`` (see ``run_rollout``).
+        """
+        if isinstance(scenario, str):
+            scenario = load_scenario(scenario, data_dir or default_data_dir())
+        for record in run_rollout(base_url, self.design, scenario, api_key=api_key, **options):
+            self.records.append(record)
+            yield record
+        self.fetch_spans(base_url, api_key)
 
     def fetch_spans(self, base_url: str, api_key: str = DEFAULT_KEY) -> None:
         headers = {"Authorization": f"Bearer {api_key}"}
         with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
             for response_id in dict.fromkeys(r.response_id for r in self.records):
-                reply = http.get("/labkit/traces", params={"response_id": response_id})
+                reply = http.get(TRACES_PATH, params={"response_id": response_id})
                 reply.raise_for_status()
                 self.spans[response_id] = reply.json()["data"]
 

@@ -1,0 +1,168 @@
+"""labkit for notebooks: everything a notebook uses, from one import.
+
+    from labkit import lab
+
+    print(lab.about())                               # labkit's version, this machine's cores
+    with lab.LabkitServer() as server:               # a real server, in its own process
+        rollout = lab.Rollout.run(server.base_url, "websocket", "fix-failing-test")
+    frame = rollout.frame()                          # one row per span, server and client
+    lab.summary(frame)                               # end to end, mean TTFT, API share
+    lab.turn_table(frame)                            # per turn: wall, TTFT, api, inference, client
+    lab.stage_work(frame, ["input_safety", "render"])   # tokens each stage processed, per turn
+    lab.plan_table()                                 # which stages each design runs, over what
+    lab.predict("websocket").end_to_end              # the cost model, instantly
+
+The names, grouped:
+
+- serving: ``LabkitServer``
+- rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``TurnRecord``
+- designs: ``DESIGNS``, ``Design``, ``plan_table``
+- metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work``, ``span_detail``
+- the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
+- the stage names and buckets: ``Stage``, ``bucket_of``
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from typing import TYPE_CHECKING
+
+from labkit import __version__
+from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
+from labkit.analysis.cost_model import predict as _predict
+from labkit.analysis.frames import span_detail, stage_work
+from labkit.analysis.metrics import end_to_end, summary
+from labkit.analysis.metrics import turns as turn_table
+from labkit.api.stages import Stage, bucket_of
+from labkit.client.agent import Rollout, TurnRecord
+from labkit.designs import DESIGNS, Design, plan_rows
+from labkit.engine.catalogue import load_catalogue
+from labkit.paths import default_data_dir
+from labkit.scenarios import Scenario, load_scenario
+from labkit.server.handle import LabkitServer
+from labkit.server.profiles import DEFAULT_PROFILE, Profile, load_profile
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "DESIGNS",
+    "CpuCosts",
+    "Design",
+    "LabkitServer",
+    "Prediction",
+    "Rollout",
+    "Shape",
+    "Stage",
+    "TurnRecord",
+    "about",
+    "bucket_of",
+    "cpu_costs",
+    "end_to_end",
+    "plan_table",
+    "predict",
+    "profile",
+    "scenario",
+    "shape",
+    "span_detail",
+    "stage_work",
+    "summary",
+    "turn_table",
+]
+
+DEFAULT_SCENARIO = "fix-failing-test"
+DEFAULT_MODEL = "labkit-spark"
+
+
+def about() -> str:
+    """One line on what is running: labkit's version, Python, this machine's cores.
+
+    >>> about().startswith("labkit ")
+    True
+    """
+    return f"labkit {__version__} · Python {platform.python_version()} · {os.cpu_count()} cores"
+
+
+def plan_table(designs: list[str] | None = None) -> pd.DataFrame:
+    """Each design's stage plan side by side: a row per stage, a column per design.
+
+    >>> table = plan_table(["naive", "websocket"])
+    >>> table.loc["input_safety", "websocket"]
+    'every turn, over the new items (fast classifier)'
+    """
+    import pandas as pd
+
+    chosen = {name: DESIGNS[name] for name in designs} if designs else None
+    return pd.DataFrame(plan_rows(chosen)).set_index("stage")
+
+
+def profile(name: str = DEFAULT_PROFILE) -> Profile:
+    """A latency profile by name (``local``, ``production-like``) or TOML path.
+
+    >>> profile("production-like").network.rtt_ms
+    20
+    """
+    return load_profile(name, default_data_dir())
+
+
+def scenario(name: str = DEFAULT_SCENARIO) -> Scenario:
+    """A scenario by name, or a generated one: ``"synthetic:turns=20,tool_tokens=1000"``.
+
+    >>> scenario("synthetic:turns=3").turns
+    3
+    """
+    return load_scenario(name, default_data_dir())
+
+
+@functools.cache
+def shape(name: str = DEFAULT_SCENARIO) -> Shape:
+    """A scenario's sizes for the cost model (its tools run once, on a sandbox copy; cached).
+
+    >>> len(shape("synthetic:turns=4").turns)
+    4
+    """
+    return Shape.of(scenario(name))
+
+
+@functools.cache
+def cpu_costs() -> CpuCosts:
+    """This machine's CPU cost of tokenizing, scanning and building requests (measured once).
+
+        costs = cpu_costs()
+        print(f"{costs.scan_s_per_token * 1e6:.2f} ms to scan 1k tokens on this machine")
+    """
+    return CpuCosts.measure()
+
+
+def predict(
+    design: str | Design,
+    *,
+    profile_name: str = DEFAULT_PROFILE,
+    scenario_name: str = DEFAULT_SCENARIO,
+    model: str = DEFAULT_MODEL,
+    decode_tps: float | None = None,
+    prefill_tps: float | None = None,
+    cpu: CpuCosts | None = None,
+    fresh_connection: bool = False,
+) -> Prediction:
+    """The cost model's prediction for a design, from names: no server runs.
+
+    The model's speeds come from the catalogue unless ``decode_tps`` or
+    ``prefill_tps`` override them; CPU costs are measured on this machine once.
+
+    >>> p = predict("websocket", profile_name="local", scenario_name="synthetic:turns=3", cpu=CpuCosts())
+    >>> len(p), p.end_to_end > 0
+    (3, True)
+    """
+    spec = load_catalogue().resolve(model)
+    return _predict(
+        design,
+        profile(profile_name),
+        shape(scenario_name),
+        decode_tps=decode_tps or spec.decode_tps,
+        prefill_tps=prefill_tps or spec.prefill_tps,
+        cpu=cpu or cpu_costs(),
+        fresh_connection=fresh_connection,
+    )

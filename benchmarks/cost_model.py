@@ -66,7 +66,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"\n{args.scenario} at {args.tps:g} tokens/s, profile {args.profile}, median of {args.repeat}")
+    print(
+        f"\nCPU costs measured here: scan {cpu.scan_s_per_token * 1e6:.2f} ms and tokenize "
+        f"{cpu.tokenize_s_per_token * 1e6:.2f} ms per 1k tokens; the SDK builds a request in "
+        f"{cpu.http_request_s * 1e3:.1f} ms (HTTP) or {cpu.ws_request_s * 1e3:.1f} ms (WebSocket) "
+        f"+ {cpu.client_s_per_sent_item * 1e3:.2f} ms per item; a sleep wakes "
+        f"{cpu.timer_overrun_s * 1e3:.2f} ms late"
+    )
+    print(f"{args.scenario} at {args.tps:g} tokens/s, profile {args.profile}, median of {args.repeat}")
     print(f"{'design':<10}{'measured':>10}{'model':>9}{'error':>8}{'TTFT meas.':>12}{'model':>8}{'error':>8}")
     for r in out:
         measured_ms, model_ms = r["measured_ttft_s"] * 1000, r["model_ttft_s"] * 1000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from labkit.analysis.cost_model import CpuCosts, Shape, TurnShape, end_to_end, mean_ttft, predict
@@ -35,7 +37,16 @@ SHAPE = Shape(
         TurnShape(new_tokens=500, new_items=1, output_items=1, output_tokens=20, output_block_tokens=30),
     ),
 )
-NO_CPU = CpuCosts(0, 0, 0, 0, 0)
+NO_CPU = CpuCosts(
+    tokenize_s_per_token=0,
+    scan_s_per_token=0,
+    client_s_per_sent_item=0,
+    client_s_per_sent_token=0,
+    fixed_s_per_turn=0,
+    http_request_s=0,
+    ws_request_s=0,
+    timer_overrun_s=0,
+)
 
 
 def run(design: str) -> list:
@@ -83,15 +94,34 @@ def test_fresh_connections_pay_the_handshake_every_turn() -> None:
 
 
 def test_cpu_costs_scale_with_what_is_sent() -> None:
-    cpu = CpuCosts(1e-6, 2e-6, 1e-3, 1e-6, 0)
+    cpu = replace(
+        NO_CPU,
+        tokenize_s_per_token=1e-6,
+        scan_s_per_token=2e-6,
+        client_s_per_sent_item=1e-3,
+        client_s_per_sent_token=1e-6,
+        http_request_s=2e-3,
+        ws_request_s=3e-3,
+    )
     naive = predict("naive", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
     ws = predict("websocket", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
-    # turn 2: naive sends 3 items / 660 tokens, websocket 1 item / 500 tokens
-    assert naive[1].build == pytest.approx(3e-3 + 660e-6)
-    assert ws[1].build == pytest.approx(1e-3 + 500e-6)
+    appended = predict("appended", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
+    # turn 2: naive sends 3 items / 660 tokens over HTTP, websocket 1 item / 500 tokens as an event
+    assert naive[1].build == pytest.approx(2e-3 + 3e-3 + 660e-6)
+    assert ws[1].build == pytest.approx(3e-3 + 1e-3 + 500e-6)
+    assert appended[1].build == 0  # raw JSON frames, no SDK
     # naive renders the system block and everything; websocket only the new items
     assert naive[1].api["render"] == pytest.approx(1660e-6)
     assert ws[1].api["render"] == pytest.approx(500e-6)
+
+
+def test_every_modeled_delay_pays_the_timer_overrun() -> None:
+    late = replace(NO_CPU, timer_overrun_s=0.001)
+    first = predict("naive", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=late)[0]
+    on_time = predict("naive", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=NO_CPU)[0]
+    # connect, uplink, auth, input_safety, routing, intermediary, downlink, prefill, output_safety,
+    # billing sleep; decode keeps its deadlines, and validation, hydration, render, retain do not sleep
+    assert first.total - on_time.total == pytest.approx(10 * 0.001)
 
 
 def test_shape_of_a_synthetic_scenario() -> None:

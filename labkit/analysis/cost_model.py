@@ -14,7 +14,9 @@ items, of the output, and the seconds of client tools.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -122,11 +124,15 @@ class CpuCosts:
     client_s_per_sent_item: float = 0.25e-3  # the SDK preparing a request, per input item
     client_s_per_sent_token: float = 0.05e-6  # ... and per token of input
     fixed_s_per_turn: float = 0.002  # request parsing, event framing and bookkeeping, both ends
+    http_request_s: float = 0.002  # the SDK preparing one HTTP request: settings, tools, instructions
+    ws_request_s: float = 0.003  # ... one response.create event for WebSocket mode
+    timer_overrun_s: float = 0.0005  # how late a server's asyncio sleep wakes, on average
 
     @classmethod
     def measure(cls) -> CpuCosts:
-        """Time the real work on this machine (about 0.2 s): tokenizing and scanning source
-        code, and the official SDK preparing requests of many small or few large items."""
+        """Time the real work on this machine (about half a second): tokenizing and scanning
+        source code, the official SDK preparing requests (one item; many small or few large
+        items) over HTTP and WebSocket mode, and how late a short asyncio sleep wakes up."""
         from labkit.server import pipeline
         from labkit.server.safety import scan
 
@@ -134,36 +140,69 @@ class CpuCosts:
         tokens = len(encode_text(text))
         tokenize = _per_unit(lambda: encode_text(text), tokens)
         scanning = _per_unit(lambda: scan([text]), tokens)
-        many = _request_seconds(items=200, tokens_each=100)
-        few = _request_seconds(items=20, tokens_each=1000)
-        # many = 200 a + 20k b, few = 20 a + 20k b  =>  a = (many - few) / 180
-        per_item = max(0.0, (many - few) / 180)
-        per_token = max(0.0, (few - 20 * per_item) / 20_000)
-        return cls(tokenize, scanning, per_item, per_token, cls.fixed_s_per_turn)
+        base, ws_base = _request_seconds(1, 10), _request_seconds(1, 10, websocket=True)
+        short = _request_seconds(items=20, tokens_each=10)
+        many = _request_seconds(items=200, tokens_each=10)
+        long = _request_seconds(items=20, tokens_each=1000)
+        # request = r + items * a + tokens * b: more items of the same size give a, longer ones b
+        per_item = max(0.0, (many - short) / 180)
+        per_token = max(0.0, (long - short) / (20 * 990))
+        return cls(
+            tokenize_s_per_token=tokenize,
+            scan_s_per_token=scanning,
+            client_s_per_sent_item=per_item,
+            client_s_per_sent_token=per_token,
+            http_request_s=max(0.0, base - per_item - 10 * per_token),
+            ws_request_s=max(0.0, ws_base - per_item - 10 * per_token),
+            timer_overrun_s=_timer_overrun(),
+        )
 
 
 def _per_unit(work: Callable[[], object], units: int, repeat: int = 3) -> float:
+    """The median of ``repeat`` timings, per unit (garbage collection included: it is real cost)."""
     work()
-    best = float("inf")
+    times = []
     for _ in range(repeat):
         start = time.perf_counter()
         work()
-        best = min(best, time.perf_counter() - start)
-    return best / units
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) / units
 
 
-def _request_seconds(items: int, tokens_each: int) -> float:
-    """What the official SDK spends turning an input list into a request body."""
+def _request_seconds(items: int, tokens_each: int, *, websocket: bool = False) -> float:
+    """What the official SDK spends turning a request (the agent's tools, 8k tokens of
+    instructions, an input list) into what it sends, over HTTP or as a WebSocket event."""
     from openai._utils._transform import maybe_transform
     from openai.types.responses import response_create_params
+    from openai.types.responses.responses_client_event_param import ResponsesClientEventParam
+
+    from labkit.client.tools import TOOL_SPECS
 
     history = [
         {"type": "function_call_output", "call_id": f"call_{i}", "output": text_of_tokens(tokens_each)}
         for i in range(items)
     ]
-    body = {"model": "m", "input": history, "stream": True}
-    params = response_create_params.ResponseCreateParamsStreaming
-    return _per_unit(lambda: json.dumps(maybe_transform(body, params)), 1)
+    body = {"model": "m", "input": history, "instructions": text_of_tokens(8000), "tools": TOOL_SPECS}
+    if websocket:
+        event, params = {"type": "response.create", **body}, ResponsesClientEventParam
+    else:
+        event, params = {**body, "stream": True}, response_create_params.ResponseCreateParamsStreaming
+    return _per_unit(lambda: json.dumps(maybe_transform(event, params)), 1, repeat=7)
+
+
+def _timer_overrun(sleeps: int = 20, seconds: float = 0.002) -> float:
+    """How late ``asyncio.sleep`` wakes on this machine, on average (the server models every
+    delay with one; the event loop waits in whole milliseconds)."""
+
+    async def late() -> float:
+        total = 0.0
+        for _ in range(sleeps):
+            start = time.perf_counter()
+            await asyncio.sleep(seconds)
+            total += time.perf_counter() - start - seconds
+        return total / sleeps
+
+    return max(0.0, asyncio.run(late()))
 
 
 @dataclass
@@ -294,7 +333,7 @@ def predict(
         uncached = shape.system_tokens + turn.new_tokens if first else turn.new_tokens + block / 2
         output = all_output if plan[Stage.OUTPUT_SAFETY].runs is Runs.LAST_TURN else turn.output_tokens
 
-        cost = TurnCost(build=sent_items * cpu.client_s_per_sent_item + sent * cpu.client_s_per_sent_token)
+        cost = TurnCost(build=_build_seconds(d, cpu, sent_items, sent))
         for stage in plan.stages_on(t, last, store=store):
             step = plan[stage]
             seconds = 0.0
@@ -335,6 +374,8 @@ def predict(
                     cost.tokens[stage] = output
                 case Stage.BILLING:
                     seconds = 0.0 if step.overlapped else profile.billing.hop_ms * ms
+            if seconds > 0 and stage is not Stage.DECODE:  # a modeled delay is an asyncio sleep
+                seconds += cpu.timer_overrun_s
             cost.stages[stage] = seconds
         cost.tools = turn.tool_s
         turns.append(cost)
@@ -345,6 +386,15 @@ def predict(
         history += turn.new_tokens + turn.output_block_tokens
         history_items += turn.new_items + turn.output_items
     return Prediction(d.name, turns)
+
+
+def _build_seconds(d: Design, cpu: CpuCosts, items: int, tokens: int) -> float:
+    """The client building a turn's request: the official SDK over HTTP or WebSocket mode; the
+    appended prototype's raw JSON frames cost next to nothing."""
+    if d.appended:
+        return 0.0
+    fixed = cpu.ws_request_s if d.transport == "websocket" else cpu.http_request_s
+    return fixed + items * cpu.client_s_per_sent_item + tokens * cpu.client_s_per_sent_token
 
 
 def _over(step: Step, new: int, history: int) -> int:

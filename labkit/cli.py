@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from labkit import __version__
-from labkit.designs import DESIGNS
+from labkit.designs import DESIGNS, DesignSpecError, compose
 from labkit.engine.catalogue import BUILTIN_MODELS, MODELS_ENV, load_catalogue
 from labkit.paths import default_data_dir
 from labkit.scenarios import SYNTHETIC, SYNTHETIC_DEFAULTS, ScenarioNotFound, load_scenario
@@ -113,14 +113,20 @@ def speeds(text: str) -> list[float]:
     return [v for v in values if v is not None]
 
 
+def design_spec(text: str) -> str:
+    """A design's name or composed spec, as its canonical name.
+
+    >>> design_spec("naive+fast_classifiers+render_cache")
+    'naive+render_cache+fast_classifiers'
+    """
+    try:
+        return compose(text.strip()).name
+    except DesignSpecError as exc:  # argparse turns it into one line and exit 2
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def design_names(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",")]
-    unknown = [name for name in names if name not in DESIGNS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown design '{unknown[0]}'; known designs: {', '.join(DESIGNS)}"
-        )
-    return names
+    return [design_spec(name) for name in text.split(",")]
 
 
 # Checks that need files: run by each command before it starts a server.
@@ -380,10 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--design",
-        choices=sorted(DESIGNS),
-        metavar="NAME",
-        help=f"default design for every request, one of {', '.join(DESIGNS)} "
-        "(default: sprint over HTTP, websocket over WebSocket)",
+        type=design_spec,
+        metavar="SPEC",
+        help=f"default design for every request: one of {', '.join(DESIGNS)}, or one composed "
+        "of a design and +parts, e.g. naive+render_cache (default: sprint over HTTP, "
+        "websocket over WebSocket)",
     )
     p.add_argument(
         "--log-level",
@@ -420,8 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--designs",
         type=design_names,
         default=",".join(DESIGNS),
-        metavar="NAMES",
-        help="designs to run, comma-separated",
+        metavar="SPECS",
+        help="designs to run, comma-separated: names or composed specs, e.g. naive,naive+render_cache",
     )
     c.add_argument(
         "--fresh-connection", action="store_true", help="HTTP designs: a new connection per request"

@@ -130,6 +130,30 @@ def test_compare_unknown_design() -> None:
     one_line_error(result, "--designs", "'bogus'", *DESIGNS)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--design", "naive+bogus"],
+        ["compare", "--designs", "naive,naive+bogus"],
+        ["compare", "--designs", "sprint+bogus,naive"],
+    ],
+)
+def test_unknown_design_part(args: list[str]) -> None:
+    result = labkit(*args)
+    assert result.returncode == 2
+    one_line_error(result, args[1], "'bogus'", "'naive+bogus'" if "naive+" in args[2] else "'sprint+bogus'")
+
+
+@pytest.mark.parametrize(
+    ("spec", "fact"),
+    [("naive++render_cache", "Empty"), ("sprint+render_cache", "changes nothing")],
+)
+def test_bad_composed_design(spec: str, fact: str) -> None:
+    result = labkit("serve", "--design", spec)
+    assert result.returncode == 2
+    one_line_error(result, "--design", fact, spec)
+
+
 def test_compare_unknown_profile() -> None:
     result = labkit("compare", "--profile", "nope")
     one_line_error(result, "'nope'", "--profile", *known_profiles(default_data_dir()))

@@ -25,7 +25,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.api.responses import DELTA_EVENTS, TERMINAL_EVENTS
-from labkit.designs import DESIGNS, Design
+from labkit.designs import Design, compose
 
 Item = dict[str, Any]
 
@@ -272,11 +272,13 @@ def open_transport(
     design: str | Design, base_url: str, api_key: str, *, fresh_connection: bool = False
 ) -> Transport:
     """The transport a design's client uses: the whole history over HTTP, WebSocket mode, or
-    the appended extension."""
+    the appended extension. ``design``: a ``Design``, a name or a composed spec.
+
+    >>> type(open_transport("websocket+no_connection_cache", "http://127.0.0.1:9/v1", "k")).__name__
+    'StatelessHTTP'
+    """
     if isinstance(design, str):
-        if design not in DESIGNS:
-            raise ValueError(f"unknown design '{design}'; known designs: {', '.join(DESIGNS)}")
-        design = DESIGNS[design]
+        design = compose(design)  # a name or a composed spec; a bad one is a DesignSpecError
     if design.appended:
         return AppendedRollout(base_url, api_key, design.name)
     if design.transport == "websocket":

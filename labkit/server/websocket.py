@@ -120,10 +120,13 @@ class WebSocketSession:
         try:
             payload = json.loads(text)
         except json.JSONDecodeError as exc:
-            await self.send(invalid_request(f"Invalid JSON in WebSocket frame: {exc}.").ws_event())
+            err = invalid_request(f"Invalid JSON in WebSocket frame: {exc}.", code="invalid_json")
+            await self.send(err.ws_event())
             return
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
-            err = invalid_request("A WebSocket frame must be a JSON object with a 'type'.", param="type")
+            err = invalid_request(
+                "A WebSocket frame must be a JSON object with a 'type'.", param="type", code="invalid_value"
+            )
             await self.send(err.ws_event())
             return
         kind = payload["type"]
@@ -195,7 +198,11 @@ class WebSocketSession:
         self.setup = []
         try:
             if body.get("background"):
-                raise invalid_request("background is not supported in WebSocket mode.", param="background")
+                raise invalid_request(
+                    "background is not supported in WebSocket mode.",
+                    param="background",
+                    code="unsupported_value",
+                )
             await self.pipeline.uplink(turn.trace)
             await prepare(self.pipeline, turn, body)
             if self.design.appended:
@@ -225,9 +232,9 @@ async def websocket_endpoint(ws: WebSocket) -> None:
     await pipeline.upgrade(trace)
     try:
         owner = await pipeline.authenticate(trace, ws.headers.get("authorization"))
-        design = select_design(
-            ws.headers.get(DESIGN_HEADER) or ws.query_params.get(DESIGN_QUERY), state.ws_design
-        )
+        # A query string decodes "+" as a space, and a design spec has no spaces: read them back.
+        query = (ws.query_params.get(DESIGN_QUERY) or "").replace(" ", "+")
+        design = select_design(ws.headers.get(DESIGN_HEADER) or query, state.ws_design)
     except APIError:
         await ws.close(code=1008)  # refused before the upgrade completes: HTTP 403
         return

@@ -514,7 +514,8 @@ def test_error_shapes(err: APIError) -> None:
     assert body["error"] == {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
 
     ws = err.ws_event()
-    assert ws == {"type": "error", "status": err.status, "error": body["error"]}
+    nested = {**body["error"], "code": err.code or err.type}  # WebSocket codes are always strings
+    assert ws == {"type": "error", "status": err.status, "error": nested}
 
     sse = err.sse_event(7)
     assert sse == {
@@ -522,6 +523,7 @@ def test_error_shapes(err: APIError) -> None:
         "code": err.code,
         "message": err.message,
         "param": err.param,
+        "error": body["error"],
         "sequence_number": 7,
     }
     assert SDK_EVENT.validate_python(sse).type == "error"

@@ -347,7 +347,7 @@ def test_append_with_nothing_waiting_is_an_error_and_the_socket_survives(server:
                 "message": "No response on this connection is waiting for response.append.",
                 "type": "invalid_request_error",
                 "param": None,
-                "code": None,
+                "code": "invalid_request_error",  # no specific code: the type (always a string)
             },
         }
         first = sock.create()

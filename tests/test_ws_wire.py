@@ -102,7 +102,7 @@ def assert_one_response(events: list[dict[str, Any]]) -> None:
     assert {e["item_id"] for e in events if "item_id" in e} <= item_ids
 
 
-def assert_error(event: dict[str, Any], code: str | None, param: str | None = None) -> None:
+def assert_error(event: dict[str, Any], code: str, param: str | None = None) -> None:
     """The nested WS error shape: ``{type, status, error: {message, type, param, code}}``."""
     assert event["type"] == "error", event
     assert event["status"] == 400
@@ -300,11 +300,11 @@ def create_frame(**body: Any) -> str:
 
 
 BAD_FRAMES = [
-    pytest.param("this is not json", None, None, id="invalid-json"),
-    pytest.param("", None, None, id="empty-frame"),
-    pytest.param("[1, 2, 3]", None, "type", id="not-an-object"),
-    pytest.param(json.dumps({"model": MODEL, "input": "hi"}), None, "type", id="no-type"),
-    pytest.param(json.dumps({"type": 7}), None, "type", id="non-string-type"),
+    pytest.param("this is not json", "invalid_json", None, id="invalid-json"),
+    pytest.param("", "invalid_json", None, id="empty-frame"),
+    pytest.param("[1, 2, 3]", "invalid_value", "type", id="not-an-object"),
+    pytest.param(json.dumps({"model": MODEL, "input": "hi"}), "invalid_value", "type", id="no-type"),
+    pytest.param(json.dumps({"type": 7}), "invalid_value", "type", id="non-string-type"),
     pytest.param(json.dumps({"type": "response.cancel"}), "unknown_event", "type", id="unknown-type"),
     pytest.param(create_frame(input="hi"), "missing_required_parameter", "model", id="no-model"),
     pytest.param(create_frame(model=5, input="hi"), "invalid_type", "model", id="model-not-string"),
@@ -329,13 +329,18 @@ BAD_FRAMES = [
         "input[0].call_id",
         id="output-without-call-id",
     ),
-    pytest.param(create_frame(model=MODEL, input="hi", background=True), None, "background", id="background"),
+    pytest.param(
+        create_frame(model=MODEL, input="hi", background=True),
+        "unsupported_value",
+        "background",
+        id="background",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("frame", "code", "param"), BAD_FRAMES)
 def test_a_bad_frame_gets_an_error_and_the_socket_keeps_serving(
-    server: LabkitServer, frame: str, code: str | None, param: str | None
+    server: LabkitServer, frame: str, code: str, param: str | None
 ) -> None:
     with wire(server) as w:
         w.send(frame)
@@ -347,7 +352,7 @@ def test_a_bad_frame_gets_an_error_and_the_socket_keeps_serving(
 def test_a_binary_frame_that_is_not_utf8_gets_an_error(server: LabkitServer) -> None:
     with wire(server) as w:
         w.ws.send(b"\xff\xfe\x00")
-        assert_error(w.recv(), None)
+        assert_error(w.recv(), "invalid_json")
         w.done(model=MODEL, input="Hi.", store=False)
 
 

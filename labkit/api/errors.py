@@ -39,16 +39,23 @@ class APIError(Exception):
         return {"error": self.fields()}
 
     def ws_event(self) -> dict[str, Any]:
-        """WebSocket mode: the error nested under ``error``, with the HTTP status beside it."""
-        return {"type": "error", "status": self.status, "error": self.fields()}
+        """WebSocket mode: the error nested under ``error``, with the HTTP status beside it.
+
+        The code is always a string here (the Open Responses schema requires one): an error
+        with no specific code carries its type.
+        """
+        fields = {**self.fields(), "code": self.code or self.type}
+        return {"type": "error", "status": self.status, "error": fields}
 
     def sse_event(self, sequence_number: int) -> dict[str, Any]:
-        """SSE: a flat error event."""
+        """SSE: the error's fields flat (as the official SDK reads them) and nested under
+        ``error`` (as the Open Responses specification has them)."""
         return {
             "type": "error",
             "code": self.code,
             "message": self.message,
             "param": self.param,
+            "error": self.fields(),
             "sequence_number": sequence_number,
         }
 

@@ -9,6 +9,7 @@ ITEM_PREFIX = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "compaction": "cmp",
 }
 
 

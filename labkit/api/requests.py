@@ -11,14 +11,20 @@ replayed reasoning item's ``encrypted_content``) so they round-trip intact.
     >>> parse_create({"model": "m", "temperature": "hot"})
     Traceback (most recent call last):
     labkit.api.errors.APIError: Invalid type for 'temperature': expected a number.
+
+``check_new_items`` is the one check that needs the conversation too (a tool output must
+answer a call in it); the pipeline runs it once the history is loaded.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from labkit.api.compaction import verify_compactions, vouched_calls
 from labkit.api.errors import APIError, invalid_request
 
 # ---------------------------------------------------------------- items
@@ -61,6 +67,13 @@ class ReasoningItem(_Item):
     encrypted_content: str | None = None
 
 
+class CompactionItem(_Item):
+    """A window replaced by ``POST /v1/responses/compact`` (see ``labkit.api.compaction``)."""
+
+    type: Literal["compaction"]
+    encrypted_content: str
+
+
 class ItemReference(BaseModel):
     model_config = ConfigDict(extra="ignore")
     type: Literal["item_reference"] = "item_reference"
@@ -78,6 +91,7 @@ ITEM_MODELS: dict[str, type[BaseModel]] = {
     "function_call": FunctionCallItem,
     "function_call_output": FunctionCallOutputItem,
     "reasoning": ReasoningItem,
+    "compaction": CompactionItem,
     "item_reference": ItemReference,
 }
 
@@ -101,6 +115,9 @@ class ToolChoiceFunction(BaseModel):
 
 # ---------------------------------------------------------------- the request
 
+# Service tiers the official SDK can send; labkit serves every request at one tier.
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"]
+
 
 class CreateBody(BaseModel):
     """The fields of a ``response.create`` body that labkit reads; the rest are ignored.
@@ -113,8 +130,9 @@ class CreateBody(BaseModel):
     model: str
     input: str | list[dict[str, Any]] | None = None
     instructions: str | None = None
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction = "auto"
+    # The specification lets a client send null for these: null means the default.
+    tools: list[dict[str, Any]] | None = Field(default_factory=list)
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = "auto"
     previous_response_id: str | None = None
     store: bool = True
     stream: bool = False
@@ -123,8 +141,13 @@ class CreateBody(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=16)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    service_tier: ServiceTier | None = None
     metadata: dict[str, str] | None = None
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = True
     truncation: Literal["auto", "disabled"] | None = None
     include: list[str] | None = None
     reasoning: dict[str, Any] | None = None
@@ -132,6 +155,13 @@ class CreateBody(BaseModel):
     prompt_cache_key: str | None = None
     user: str | None = None
     safety_identifier: str | None = None
+
+    @model_validator(mode="after")
+    def _nulls_are_defaults(self) -> CreateBody:
+        self.tools = [] if self.tools is None else self.tools
+        self.tool_choice = "auto" if self.tool_choice is None else self.tool_choice
+        self.parallel_tool_calls = True if self.parallel_tool_calls is None else self.parallel_tool_calls
+        return self
 
 
 class CreateRequest:
@@ -148,7 +178,30 @@ class CreateRequest:
     @property
     def tool_choice_wire(self) -> Any:
         choice = self.body.tool_choice
-        return choice if isinstance(choice, str) else choice.model_dump(exclude_none=True)
+        return choice.model_dump(exclude_none=True) if isinstance(choice, ToolChoiceFunction) else choice
+
+
+class CompactBody(BaseModel):
+    """The body of ``POST /v1/responses/compact``: a window to compact, given or stored."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    prompt_cache_key: str | None = None
+
+
+class CompactRequest:
+    """A validated compact request: the body's fields plus its normalized input items."""
+
+    def __init__(self, body: CompactBody, items: list[dict[str, Any]]):
+        self.body = body
+        self.items = items
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.body, name)
 
 
 # ---------------------------------------------------------------- errors in the API's words
@@ -247,22 +300,94 @@ def parse_tool(raw: Any, param: str) -> dict[str, Any]:
     return _validate(FunctionTool, raw, param).model_dump(exclude_none=True)
 
 
+def _parse_input(raw: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if isinstance(raw, str):
+        return [{"type": "message", "role": "user", "content": raw}]
+    return [parse_item(raw_item, f"input[{i}]") for i, raw_item in enumerate(raw or [])]
+
+
 def parse_create(raw: Any) -> CreateRequest:
     """Validate a whole create body; raises ``APIError`` on the first problem."""
     if not isinstance(raw, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
     body = _validate(CreateBody, raw)
     assert isinstance(body, CreateBody)
-    if isinstance(body.input, str):
-        items = [{"type": "message", "role": "user", "content": body.input}]
-    else:
-        items = [parse_item(raw_item, f"input[{i}]") for i, raw_item in enumerate(body.input or [])]
-    tools = [parse_tool(raw_tool, f"tools[{i}]") for i, raw_tool in enumerate(body.tools)]
+    items = _parse_input(body.input)
+    tools = [parse_tool(raw_tool, f"tools[{i}]") for i, raw_tool in enumerate(body.tools or [])]
     if body.metadata is not None and len(body.metadata) > 16:
         raise invalid_request(
             "Invalid 'metadata': too many keys (at most 16).", param="metadata", code="invalid_value"
         )
     return CreateRequest(body, items, tools)
+
+
+def parse_compact(raw: Any) -> CompactRequest:
+    """Validate a compact body: a model, and a window (``input``, ``previous_response_id`` or both).
+
+    >>> parse_compact({"input": "hi"})
+    Traceback (most recent call last):
+    labkit.api.errors.APIError: Missing required parameter: 'model'.
+    """
+    if not isinstance(raw, dict):
+        raise invalid_request("The request body must be a JSON object.", code="invalid_json")
+    body = _validate(CompactBody, raw)
+    assert isinstance(body, CompactBody)
+    if body.input is None and body.previous_response_id is None:
+        raise invalid_request(
+            "Missing required parameter: 'input' (or 'previous_response_id').",
+            param="input",
+            code="missing_required_parameter",
+        )
+    return CompactRequest(body, _parse_input(body.input))
+
+
+def calls_vouched_for(item: dict[str, Any]) -> tuple[str, ...]:
+    """The call ids an item makes answerable: a call's own, or those a compaction stands for."""
+    if item.get("type") == "function_call":
+        return (str(item.get("call_id")),)
+    if item.get("type") == "compaction":
+        return vouched_calls(item)
+    return ()
+
+
+def check_tool_outputs(history: Sequence[dict[str, Any]], new_items: Sequence[dict[str, Any]]) -> None:
+    """Refuse a new ``function_call_output`` that answers no call of the conversation.
+
+    The call may be in the history, among the new items (SDKs replay a call with its output)
+    or behind a compaction item. Only new outputs are checked: the history's were checked
+    when they were new. The history is read from its end and only until every output has
+    found its call, so answering the latest calls costs little however long the history.
+
+    >>> call = {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"}
+    >>> check_tool_outputs([call], [{"type": "function_call_output", "call_id": "call_1", "output": ""}])
+    >>> check_tool_outputs([call], [{"type": "function_call_output", "call_id": "call_9", "output": ""}])
+    Traceback (most recent call last):
+    labkit.api.errors.APIError: No tool call found for function call output with call_id call_9.
+    """
+    wanted: dict[str, int] = {}
+    for i, item in enumerate(new_items):
+        if item.get("type") == "function_call_output":
+            wanted.setdefault(str(item.get("call_id")), i)
+    for item in itertools.chain(new_items, reversed(history)):  # lazily: most stop near the end
+        if not wanted:
+            return
+        for call_id in calls_vouched_for(item):
+            wanted.pop(call_id, None)
+    if wanted:
+        call_id, i = min(wanted.items(), key=lambda pair: pair[1])
+        raise invalid_request(
+            f"No tool call found for function call output with call_id {call_id}.",
+            param=f"input[{i}].call_id",
+            code="invalid_value",
+        )
+
+
+def check_new_items(
+    history: Sequence[dict[str, Any]], new_items: Sequence[dict[str, Any]], owner: str
+) -> None:
+    """The checks that need the conversation and the owner: compaction seals, then tool outputs."""
+    verify_compactions(new_items, owner)
+    check_tool_outputs(history, new_items)
 
 
 def stored_form(item: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.api.compaction import summary_text
 from labkit.engine.tokenizer import (
     IM_END,
     IM_SEP,
@@ -73,6 +74,10 @@ def item_block(item: Item) -> tuple[str, str]:
     if kind == "reasoning":
         summary = item.get("summary") or []
         return "assistant reasoning", content_text(summary)
+    if kind == "compaction":
+        # The summary it carries, not its sealed text: the replaced window in far fewer tokens,
+        # and the same tokens every time, so the prefix cache still holds what follows.
+        return "compaction", summary_text(item)
     body = {k: v for k, v in item.items() if k not in ("id", "status")}
     return str(kind), json.dumps(body, sort_keys=True)
 

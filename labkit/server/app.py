@@ -22,6 +22,7 @@ from labkit.paths import default_data_dir
 from labkit.server import http
 from labkit.server.auth import Keys
 from labkit.server.billing import Ledger
+from labkit.server.compact import compact_endpoint
 from labkit.server.database import Database
 from labkit.server.pipeline import Pipeline
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
@@ -50,6 +51,7 @@ class ServerConfig:
 ROUTES = [
     Route("/v1/responses", http.create_response, methods=["POST"]),
     WebSocketRoute("/v1/responses", websocket_endpoint),
+    Route("/v1/responses/compact", compact_endpoint, methods=["POST"]),
     Route("/v1/responses/{response_id}", http.retrieve_response, methods=["GET"]),
     Route("/v1/responses/{response_id}", http.delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),

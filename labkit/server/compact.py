@@ -1,0 +1,214 @@
+"""``POST /v1/responses/compact``: a long window in, a short window out that a response can start from.
+
+The window is the conversation of ``previous_response_id`` (read from the store, as
+over HTTP) followed by ``input``. The answer is the compact resource::
+
+    {"id": "resp_…", "object": "response.compaction", "created_at": …,
+     "output": [<every user message, as it was>, {"type": "compaction", "id": "cmp_…",
+                "encrypted_content": "lkc1.…"}],
+     "usage": {"input_tokens": <the window>, "output_tokens": <the summary>, …}}
+
+The simulated model reads the window (a prefill on a replica, so a window it has just
+served comes out of the prefix cache) and writes the summary at its decode speed: that is
+the compaction pass ``usage`` accounts for. The summary is built from the window by rule,
+so the same window always compacts to the same item. Nothing is stored: a compaction item
+is self-contained and sealed to the key (``labkit.api.compaction``), so it serves
+``store: false`` clients too, over HTTP or as the first input of a new WebSocket chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from labkit.api.compaction import OBJECT, Payload, open_payload, seal
+from labkit.api.errors import APIError, invalid_request, model_not_found, previous_response_not_found
+from labkit.api.ids import new_id
+from labkit.api.requests import CompactRequest, check_new_items, parse_compact
+from labkit.api.responses import usage
+from labkit.api.stages import Stage
+from labkit.engine.catalogue import ModelSpec, UnknownModel
+from labkit.engine.render import TokenBuffer, content_text, encode_block, item_block
+from labkit.engine.tokenizer import decode, encode_text
+from labkit.server.billing import Charge
+from labkit.server.http import error_response, pipeline_of, read_json
+from labkit.server.pipeline import Pipeline
+from labkit.server.traces import Trace
+
+Item = dict[str, Any]
+
+# Each excerpt in a summary: about 1/25 of the window it replaces, within these bounds (tokens).
+EXCERPT_MIN, EXCERPT_MAX = 8, 96
+LAST_LINES = ("Last assistant message: ", "Last tool result: ")
+
+
+async def compact_endpoint(request: Request) -> Response:
+    """``POST /v1/responses/compact``: the compact resource as JSON (no streaming)."""
+    pipeline = pipeline_of(request)
+    trace = Trace()
+    try:
+        client = (request.client.host, request.client.port) if request.client else None
+        await pipeline.connect(trace, client)
+        await pipeline.uplink(trace)
+        owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
+        resource = await compact(pipeline, owner, trace, await read_json(request))
+    except APIError as err:
+        return error_response(err)
+    return JSONResponse(resource)
+
+
+async def compact(pipeline: Pipeline, owner: str, trace: Trace, body: Any) -> dict[str, Any]:
+    """Validate, load the window, run the compaction pass; returns the compact resource."""
+    with trace.stage(Stage.VALIDATION) as span:
+        req = parse_compact(body)
+        span.items = len(req.items)
+    with trace.stage(Stage.HYDRATION) as span:
+        window = _window(pipeline, owner, req)
+        span.items = len(window)
+    with trace.stage(Stage.RENDER) as span:
+        buffer = TokenBuffer.start(req.instructions, [])
+        buffer.append(window)
+        span.items, span.tokens = len(window), buffer.encoded
+    with trace.stage(Stage.ROUTING) as span:
+        model = await _model(pipeline, req.model)
+        replica = pipeline.router.pick(req.prompt_cache_key)
+        span.detail["replica"] = replica.name
+    kept, payload = summarize(window)
+    summary_ids = encode_text(payload.summary)
+    with trace.stage(Stage.QUEUE):
+        await pipeline.slots[replica.name].acquire()
+    try:
+        with trace.stage(Stage.PREFILL) as span:
+            prefill = await replica.prefill(model, buffer.prompt(), buffer.block_keys)
+            span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
+        with trace.stage(Stage.DECODE) as span:
+            async for _chunk in replica.decode(model).pace(summary_ids):
+                pass  # the summary is written at the model's speed; nothing streams
+            span.tokens = len(summary_ids)
+    finally:
+        pipeline.slots[replica.name].release()
+    response_id = new_id("resp")
+    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": seal(payload, owner)}
+    pipeline.billing.charge_later(
+        Charge(
+            response_id,
+            owner,
+            model.name,
+            prefill.prompt_tokens,
+            prefill.cached_tokens,
+            len(summary_ids),
+            "completed",
+        )
+    )
+    pipeline.traces.put(owner, response_id, trace)
+    return {
+        "id": response_id,
+        "object": OBJECT,
+        "created_at": int(time.time()),
+        "output": [*kept, item],
+        "usage": usage(prefill.prompt_tokens, prefill.cached_tokens, len(summary_ids)),
+    }
+
+
+def _window(pipeline: Pipeline, owner: str, req: CompactRequest) -> list[Item]:
+    """The stored conversation of ``previous_response_id`` (this key's only), then ``input``."""
+    history: list[Item] = []
+    if req.previous_response_id is not None:
+        found = pipeline.store.conversation(owner, req.previous_response_id)
+        if found is None:
+            raise previous_response_not_found(req.previous_response_id)
+        history = found
+    new_items = pipeline.resolve_references(req.items, owner)
+    check_new_items(history, new_items, owner)  # the same input checks as a create
+    window = history + new_items
+    if not window:
+        raise invalid_request("There is nothing to compact: 'input' is empty.", param="input")
+    return window
+
+
+async def _model(pipeline: Pipeline, name: str) -> ModelSpec:
+    model = pipeline.router.cached_config(name)
+    if model is None:
+        await asyncio.sleep(pipeline.profile.routing.model_config_hop_ms / 1000)
+        try:
+            model = pipeline.router.fetch_config(name)
+        except UnknownModel as exc:
+            raise model_not_found(str(exc)) from None
+    return model
+
+
+# ---------------------------------------------------------------- the summary
+
+
+def is_user_message(item: Item) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") == "user"
+
+
+def excerpt(text: str, limit: int) -> str:
+    """The first ``limit`` tokens of ``text`` (marked when cut).
+
+    >>> excerpt("one two three four", 2)
+    'one two…'
+    """
+    ids = encode_text(" ".join(text.split()))
+    return decode(ids) if len(ids) <= limit else decode(ids[:limit]).rstrip() + "…"
+
+
+def summarize(window: Sequence[Item]) -> tuple[list[Item], Payload]:
+    """The user messages to keep, and the payload of the item that replaces everything else.
+
+    Deterministic: a tally of what was replaced (earlier compactions included), the tools
+    called, and short excerpts of the last assistant message and tool result.
+
+    >>> kept, payload = summarize([
+    ...     {"type": "message", "role": "user", "content": "List the files."},
+    ...     {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"},
+    ...     {"type": "function_call_output", "call_id": "call_1", "output": "a.py b.py"},
+    ...     {"type": "message", "role": "assistant", "content": "There are two files."}])
+    >>> [item["content"] for item in kept], payload.calls, payload.tools
+    (['List the files.'], ('call_1',), {'ls': 1})
+    >>> print(payload.summary)
+    Compacted context: 3 earlier items (38 tokens).
+    Tools called: ls x1.
+    Last assistant message: There are two files.
+    Last tool result: a.py b.py
+    """
+    kept = [item for item in window if is_user_message(item)]
+    replaced = [item for item in window if not is_user_message(item)]
+    opened = [open_payload(i.get("encrypted_content")) for i in replaced if i.get("type") == "compaction"]
+    earlier = [payload for payload in opened if payload is not None]
+    fresh = [item for item in replaced if item.get("type") != "compaction"]
+    calls: dict[str, None] = {}  # ordered, without repeats
+    tools: Counter[str] = Counter()
+    for payload in earlier:
+        calls.update(dict.fromkeys(payload.calls))
+        tools.update(payload.tools)
+    for item in fresh:
+        if item.get("type") == "function_call":
+            calls[str(item.get("call_id"))] = None
+            tools[str(item.get("name"))] += 1
+    items = sum(p.items for p in earlier) + len(fresh)
+    tokens = sum(p.tokens for p in earlier) + sum(len(encode_block(*item_block(i))) for i in fresh)
+    limit = max(EXCERPT_MIN, min(EXCERPT_MAX, tokens // 25))
+    # The latest excerpts win; an earlier compaction's stand in for what this window lacks.
+    last: dict[str, str] = {}
+    for payload in earlier:
+        for line in payload.summary.splitlines():
+            last.update({head: line for head in LAST_LINES if line.startswith(head)})
+    for item in fresh:
+        if item.get("type") == "message" and item.get("role") == "assistant":
+            last[LAST_LINES[0]] = LAST_LINES[0] + excerpt(content_text(item.get("content")), limit)
+        elif item.get("type") == "function_call_output":
+            last[LAST_LINES[1]] = LAST_LINES[1] + excerpt(content_text(item.get("output")), limit)
+    lines = [f"Compacted context: {items} earlier items ({tokens} tokens)."]
+    if tools:
+        lines.append("Tools called: " + ", ".join(f"{name} x{n}" for name, n in tools.items()) + ".")
+    lines += [last[head] for head in LAST_LINES if head in last]
+    payload = Payload("\n".join(lines), calls=tuple(calls), items=items, tokens=tokens, tools=dict(tools))
+    return kept, payload

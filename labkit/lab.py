@@ -15,10 +15,13 @@
 The names, grouped:
 
 - serving: ``LabkitServer``
-- rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``TurnRecord``
-- designs: ``DESIGNS``, ``Design``, ``plan_table``
+- rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``TurnRecord``; ``Toolbox``
+  (the agent's real tools, on a sandbox copy of the sample repository)
+- designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``
 - metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work``, ``span_detail``
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
+- plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
+  ``show`` (a finished figure, static)
 - the stage names and buckets: ``Stage``, ``bucket_of``
 """
 
@@ -30,14 +33,16 @@ import platform
 from typing import TYPE_CHECKING
 
 from labkit import __version__
+from labkit.analysis import plots
 from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
 from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.frames import span_detail, stage_work
+from labkit.analysis.live import LivePlot, show
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
 from labkit.api.stages import Stage, bucket_of
-from labkit.client.agent import Rollout, TurnRecord
-from labkit.designs import DESIGNS, Design, plan_rows
+from labkit.client.agent import Rollout, Toolbox, TurnRecord
+from labkit.designs import DESIGNS, Design, compose, plan_rows
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario
@@ -52,20 +57,25 @@ __all__ = [
     "CpuCosts",
     "Design",
     "LabkitServer",
+    "LivePlot",
     "Prediction",
     "Rollout",
     "Shape",
     "Stage",
+    "Toolbox",
     "TurnRecord",
     "about",
     "bucket_of",
+    "compose",
     "cpu_costs",
     "end_to_end",
     "plan_table",
+    "plots",
     "predict",
     "profile",
     "scenario",
     "shape",
+    "show",
     "span_detail",
     "stage_work",
     "summary",
@@ -86,7 +96,7 @@ def about() -> str:
 
 
 def plan_table(designs: list[str] | None = None) -> pd.DataFrame:
-    """Each design's stage plan side by side: a row per stage, a column per design.
+    """Each design's stage plan side by side: a row per stage, a column per design (names or specs).
 
     >>> table = plan_table(["naive", "websocket"])
     >>> table.loc["input_safety", "websocket"]
@@ -94,7 +104,7 @@ def plan_table(designs: list[str] | None = None) -> pd.DataFrame:
     """
     import pandas as pd
 
-    chosen = {name: DESIGNS[name] for name in designs} if designs else None
+    chosen = {name: compose(name) for name in designs} if designs else None
     return pd.DataFrame(plan_rows(chosen)).set_index("stage")
 
 
@@ -147,7 +157,7 @@ def predict(
     cpu: CpuCosts | None = None,
     fresh_connection: bool = False,
 ) -> Prediction:
-    """The cost model's prediction for a design, from names: no server runs.
+    """The cost model's prediction for a design (a name or a composed spec), from names: no server runs.
 
     The model's speeds come from the catalogue unless ``decode_tps`` or
     ``prefill_tps`` override them; CPU costs are measured on this machine once.
@@ -158,7 +168,7 @@ def predict(
     """
     spec = load_catalogue().resolve(model)
     return _predict(
-        design,
+        compose(design) if isinstance(design, str) else design,  # a name or a composed spec
         profile(profile_name),
         shape(scenario_name),
         decode_tps=decode_tps or spec.decode_tps,

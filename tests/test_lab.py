@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -90,3 +91,22 @@ def test_predict_from_names() -> None:
     assert naive[4].tokens[Stage.INPUT_SAFETY] > ws[4].tokens[Stage.INPUT_SAFETY]
     frame = ws.frame()
     assert set(frame["stage"]) >= {"uplink", "render", "decode", "build", "tool"}
+
+
+def test_watching_a_rollout_is_left_out_of_its_metrics(server: lab.LabkitServer) -> None:
+    """Time a notebook spends between turns (fetching spans, drawing) is not the agent's."""
+    rollout = lab.Rollout("websocket")
+    for record in rollout.play(server.base_url, SCENARIO, watch=True):
+        # the spans of the turn just finished are there already, so it can be drawn now
+        assert record.response_id in rollout.spans
+        time.sleep(0.05)
+    frame = rollout.frame()
+    observed = frame[frame["stage"] == "observe"].set_index("turn")["duration"]
+    assert len(observed) == 5 and (observed >= 0.05).all()
+    assert set(frame.loc[frame["stage"] == "observe", "bucket"]) == {"observer"}
+    sends = frame[frame["stage"] == "send"].set_index("turn")["start"]
+    table = lab.turn_table(frame)
+    for turn in range(4):
+        assert table.loc[turn, "wall"] == pytest.approx(sends[turn + 1] - sends[turn] - observed[turn])
+    done = frame.loc[frame["stage"] == "done", "start"].max()
+    assert lab.end_to_end(frame) == pytest.approx(done - sends[0] - observed.sum())

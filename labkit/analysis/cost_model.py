@@ -19,13 +19,14 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
 from labkit.api.ids import new_id
 from labkit.api.stages import ClientStep, Stage, bucket_of
-from labkit.designs import DESIGNS, Design, Over, Runs, Step
+from labkit.designs import Design, Over, Runs, Step, compose
 from labkit.engine.policies import Call, Say, ScriptedPolicy, text_of_tokens
 from labkit.engine.render import encode_block, item_block, system_block
 from labkit.engine.tokenizer import encode_text
@@ -202,7 +203,9 @@ def _timer_overrun(sleeps: int = 20, seconds: float = 0.002) -> float:
             total += time.perf_counter() - start - seconds
         return total / sleeps
 
-    return max(0.0, asyncio.run(late()))
+    # A thread of its own: in a notebook, the caller's thread already runs an event loop.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return max(0.0, pool.submit(asyncio.run, late()).result())
 
 
 @dataclass
@@ -312,7 +315,7 @@ def predict(
     this function only says what that costs. ``fresh_connection``: the HTTP
     client opens a new connection per request; ``store``: requests are stored.
     """
-    d = DESIGNS[design] if isinstance(design, str) else design
+    d = compose(design) if isinstance(design, str) else design
     plan, cpu, net = d.plan, cpu or CpuCosts(), profile.network
     ms = 1e-3
     history = history_items = 0  # tokens and items before this turn's new ones

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from labkit.api.stages import CLIENT_INSTANTS, ClientStep, bucket_of
+from labkit.designs import compose
 
 if TYPE_CHECKING:
     from labkit.client.agent import Rollout
@@ -45,7 +46,7 @@ COLUMNS = [
 
 
 def _server_rows(rollout: Rollout) -> Iterable[dict[str, Any]]:
-    appended = rollout.design == "appended"
+    appended = compose(rollout.design).appended  # a composed design may be appended too
     for record in rollout.records:
         for span in rollout.spans.get(record.response_id, []):
             if appended and span.get("segment", 0) != record.turn:
@@ -88,6 +89,10 @@ def _client_rows(rollout: Rollout) -> Iterable[dict[str, Any]]:
         if record.build is not None:
             start, end = record.build
             yield {**common, "stage": "build", "start": start, "duration": end - start, "detail": {}}
+        if record.observed is not None:
+            start, end = record.observed
+            observe = {"stage": str(ClientStep.OBSERVE), "start": start, "duration": end - start}
+            yield {**common, **observe, "detail": {}}
         for tool in record.tools:
             yield {
                 **common,

@@ -5,11 +5,17 @@
 - API overhead of a turn: its wall time (send to the next send, or to the end)
   minus inference (queue, prefill, decode) minus the client's own time
   (building the request, running tools).
+
+Time a notebook spends fetching spans between turns to draw them live (the
+``observer`` bucket) is not the agent's: it is taken out of the wall time and
+out of end to end.
 """
 
 from __future__ import annotations
 
 import pandas as pd
+
+from labkit.api.stages import OBSERVER
 
 
 def _instants(frame: pd.DataFrame, stage: str) -> pd.Series:
@@ -27,9 +33,10 @@ def turns(frame: pd.DataFrame) -> pd.DataFrame:
     first = _instants(frame, "first_delta").reindex(send.index)
     following = send.shift(-1).fillna(done)
     by_bucket = frame.groupby(["turn", "bucket"])["duration"].sum().unstack(fill_value=0.0)
+    watched = by_bucket.get(OBSERVER, pd.Series(0.0, index=send.index)).reindex(send.index, fill_value=0.0)
     table = pd.DataFrame(
         {
-            "wall": following - send,
+            "wall": following - send - watched,
             "ttft": first - send,
             "inference": by_bucket.get("inference", 0.0),
             "client": by_bucket.get("client", 0.0),
@@ -40,11 +47,12 @@ def turns(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def end_to_end(frame: pd.DataFrame) -> float:
-    """First send to the last terminal event, in seconds.
+    """First send to the last terminal event, in seconds (less any time spent watching).
 
         end_to_end(rollout.frame())          # e.g. 1.79 for websocket at 1,000 tokens/s
     """
-    return float(_instants(frame, "done").max() - _instants(frame, "send").min())
+    watched = frame.loc[frame["bucket"] == OBSERVER, "duration"].sum()
+    return float(_instants(frame, "done").max() - _instants(frame, "send").min() - watched)
 
 
 def summary(frame: pd.DataFrame) -> dict[str, float]:

@@ -42,10 +42,12 @@ class Stage(StrEnum):
 
 
 class ClientStep(StrEnum):
-    """What the client's side of a turn records: two stages and four instants."""
+    """What the client's side of a turn records: two stages and four instants (and, when a
+    notebook watches a rollout live, the time it spent fetching the turn's spans)."""
 
     BUILD = "build"  # building the request
     TOOL = "tool"  # running one tool
+    OBSERVE = "observe"  # fetching the turn's spans to draw them: not the agent's time
     SEND = "send"
     FIRST_DELTA = "first_delta"
     LAST_DELTA = "last_delta"
@@ -55,8 +57,9 @@ class ClientStep(StrEnum):
 INFERENCE_STAGES = (Stage.QUEUE, Stage.PREFILL, Stage.DECODE)
 CLIENT_INSTANTS = (ClientStep.SEND, ClientStep.FIRST_DELTA, ClientStep.LAST_DELTA, ClientStep.DONE)
 CLIENT_STAGES = (ClientStep.BUILD, ClientStep.TOOL)
-CLIENT_STEPS = tuple(ClientStep)
+CLIENT_STEPS = tuple(s for s in ClientStep if s is not ClientStep.OBSERVE)
 BUCKETS = ("api", "inference", "client")
+OBSERVER = "observer"  # the bucket of time spent watching a rollout, which the metrics leave out
 
 
 def bucket_of(stage: str) -> str:
@@ -67,6 +70,8 @@ def bucket_of(stage: str) -> str:
     """
     if stage in INFERENCE_STAGES:
         return "inference"
+    if stage == ClientStep.OBSERVE:
+        return OBSERVER
     if stage in CLIENT_STEPS:
         return "client"
     return "api"

@@ -64,6 +64,7 @@ class TurnRecord:
     tools: list[ToolRun] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     usage: dict[str, Any] | None = None
+    observed: tuple[float, float] | None = None  # a watcher's time between this turn and the next
 
     @property
     def ttft(self) -> float | None:
@@ -75,7 +76,12 @@ class TurnRecord:
 
 
 class Toolbox:
-    """The tools a scenario's calls run: real tools on a sandbox copy, or the synthetic ``fetch``."""
+    """The tools a scenario's calls run: real tools on a sandbox copy, or the synthetic ``fetch``.
+
+        tools = Toolbox(load_scenario("fix-failing-test", data_dir))
+        print(tools.run("read_file", '{"path": "tally/tax.py"}'))
+        tools.close()                      # removes the sandbox copy
+    """
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
@@ -211,23 +217,35 @@ class Rollout:
         *,
         data_dir: Path | None = None,
         api_key: str = DEFAULT_KEY,
+        watch: bool = False,
         **options: Any,
     ) -> Iterator[TurnRecord]:
         """Run the rollout, yielding each ``TurnRecord`` as its turn completes (and keeping it).
 
+        ``watch``: also fetch each turn's server spans as soon as it completes, so ``frame()``
+        can be drawn turn by turn. Whatever the caller does between two turns (fetching spans,
+        drawing) is recorded as ``observed`` and left out of the metrics.
         ``options``: ``model``, ``fresh_connection``, ``prompt_cache_key`` (see ``run_rollout``).
         """
         if isinstance(scenario, str):
             scenario = load_scenario(scenario, data_dir or default_data_dir())
         for record in run_rollout(base_url, self.design, scenario, api_key=api_key, **options):
+            held = time.perf_counter()
             self.records.append(record)
+            if watch:
+                self.fetch_spans(base_url, api_key, [record.response_id])
             yield record
+            record.observed = (held, time.perf_counter())
         self.fetch_spans(base_url, api_key)
 
-    def fetch_spans(self, base_url: str, api_key: str = DEFAULT_KEY) -> None:
+    def fetch_spans(
+        self, base_url: str, api_key: str = DEFAULT_KEY, response_ids: list[str] | None = None
+    ) -> None:
+        """The server's spans of these responses (default: every turn's), from the traces endpoint."""
+        wanted = response_ids or list(dict.fromkeys(r.response_id for r in self.records))
         headers = {"Authorization": f"Bearer {api_key}"}
         with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
-            for response_id in dict.fromkeys(r.response_id for r in self.records):
+            for response_id in wanted:
                 reply = http.get(TRACES_PATH, params={"response_id": response_id})
                 reply.raise_for_status()
                 self.spans[response_id] = reply.json()["data"]

@@ -11,6 +11,7 @@ event loop (a Jupyter kernel) without patching asyncio.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import subprocess
@@ -75,6 +76,8 @@ class LabkitServer:
         return self.base_url.replace("http://", "ws://", 1) + "/responses"
 
     def start(self) -> LabkitServer:
+        # A notebook kernel that is restarted or closed must not leave the server running.
+        atexit.register(self.close)
         cmd = [sys.executable, "-m", "labkit", "serve", "--host", self.host, "--port", str(self.port)]
         cmd += ["--db", str(self.db), *self.args]
         env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
@@ -117,6 +120,7 @@ class LabkitServer:
         return self.start()
 
     def close(self) -> None:
+        atexit.unregister(self.close)
         self.stop()
         if self._tmp is not None:
             self._tmp.cleanup()

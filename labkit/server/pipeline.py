@@ -38,7 +38,7 @@ from typing import Any
 from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
 from labkit.api.events import Event, ResponseEvents
 from labkit.api.ids import new_id, new_item_id
-from labkit.api.requests import parse_create, stored_form
+from labkit.api.requests import check_new_items, parse_create, stored_form
 from labkit.api.responses import new_response
 from labkit.api.stages import Stage
 from labkit.designs import Over, Runs
@@ -161,10 +161,12 @@ class Pipeline:
                 if items is None:
                     raise previous_response_not_found(prev)
                 turn.history, turn.source = items, "store"
-            turn.new_items = self._resolve_references(req.items, turn.owner)
+            turn.new_items = self.resolve_references(req.items, turn.owner)
+            # Needs the history: a tool output must answer a call in it (or in the new items).
+            check_new_items(turn.history, turn.new_items, turn.owner)
             span.items, span.detail["source"] = len(turn.history), turn.source
 
-    def _resolve_references(self, items: list[dict[str, Any]], owner: str) -> list[dict[str, Any]]:
+    def resolve_references(self, items: list[dict[str, Any]], owner: str) -> list[dict[str, Any]]:
         resolved = []
         for i, item in enumerate(items):
             if item.get("type") == "item_reference":
@@ -252,6 +254,8 @@ class Pipeline:
         assert turn.req is not None and turn.model is not None
         turn.policy = self.scripts.policy_for(turn.req.metadata)
         turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
+        # Kept from now on, so a response's spans can be read while it runs (an appended rollout).
+        self.traces.put(turn.owner, turn.response["id"], turn.trace)
 
     # ------------------------------------------------------------ inference
 

@@ -57,7 +57,6 @@ async def finish(
     await send(terminal)
     if overlapped:
         await pipeline.bill(turn, status)
-    pipeline.traces.put(turn.owner, turn.response["id"], turn.trace)
     assert turn.buffer is not None and turn.model is not None and turn.replica is not None
     return Conversation(
         response=turn.response,

@@ -1,0 +1,230 @@
+"""The standard figures: each a function from DataFrames to a plotly figure, nothing live.
+
+Every notebook draws with these, so a design and a bucket have the same
+colour everywhere, axes carry units and titles say what to notice.
+``labkit.analysis.live`` redraws them turn by turn.
+
+- ``turn_buckets``: per turn, the API service, inference and the client, stacked
+- ``history_growth``: each turn's API time against the history it carried
+- ``stage_waterfall``: one turn, stage by stage, on its own clock
+- ``rollout_gantt``: whole rollouts side by side, every stage as a bar
+- ``race``: time so far against turns, one line per design
+- ``stage_tokens``: per turn, the tokens a stage processed, one line per design
+- ``design_bars``: end to end and mean TTFT per design
+
+    >>> fig = design_bars(pd.DataFrame({"design": ["naive", "websocket"], "e2e_s": [3.2, 1.8],
+    ...                                 "ttft_mean_s": [0.12, 0.06]}))
+    >>> [trace.name for trace in fig.data]
+    ['end to end (s)', 'mean TTFT (ms)']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from labkit.analysis.metrics import turns
+from labkit.api.stages import BUCKETS, OBSERVER
+
+BUCKET_COLORS = {"api": "#e15759", "inference": "#4e79a7", "client": "#edc948"}
+BUCKET_LABELS = {"api": "API service", "inference": "inference", "client": "client (tools, request)"}
+DESIGN_COLORS = {"naive": "#7f7f7f", "sprint": "#f28e2b", "websocket": "#4e79a7", "appended": "#59a14f"}
+# For designs beyond the four (a composed spec, a model speed): a fixed cycle, in order of first use.
+EXTRA_COLORS = ("#b07aa1", "#9c755f", "#76b7b2", "#ff9da7", "#edc948", "#bab0ac", "#e15759")
+TEMPLATE = "plotly_white"
+MS = 1000
+
+
+def design_color(name: str, order: Sequence[str] = ()) -> str:
+    """The colour of a design: its own for the four, else by its place in ``order``.
+
+    >>> design_color("websocket"), design_color("naive+render_cache", ["naive", "naive+render_cache"])
+    ('#4e79a7', '#9c755f')
+    """
+    if name in DESIGN_COLORS:
+        return DESIGN_COLORS[name]
+    index = list(order).index(name) if name in order else len(order)
+    return EXTRA_COLORS[index % len(EXTRA_COLORS)]
+
+
+def _line(name: str, x: list, y: list, order: Sequence[str]) -> go.Scatter:
+    color = design_color(name, order)
+    return go.Scatter(name=name, x=x, y=y, mode="lines+markers", line_color=color, marker_color=color)
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, **more: object) -> go.Figure:
+    fig.update_layout(
+        template=TEMPLATE,
+        title={"text": title, "x": 0.01},
+        xaxis_title=x,
+        yaxis_title=y,
+        legend={"orientation": "h", "y": -0.2},
+        margin={"l": 60, "r": 20, "t": 60, "b": 60},
+        **{"height": 380, **more},
+    )
+    return fig
+
+
+# ---------------------------------------------------------------- per turn, one rollout
+
+
+def turn_buckets(frame: pd.DataFrame | None, title: str = "Where each turn's time goes") -> go.Figure:
+    """Stacked bars per turn: API service, inference and client time, in ms."""
+    table = turns(frame) if frame is not None and len(frame) else pd.DataFrame(columns=list(BUCKETS))
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=BUCKET_LABELS[bucket],
+                x=list(table.index),
+                y=list(table[bucket] * MS) if bucket in table else [],
+                marker_color=BUCKET_COLORS[bucket],
+            )
+            for bucket in BUCKETS
+        ]
+    )
+    return _layout(fig, title, "turn", "time (ms)", barmode="stack")
+
+
+def history_growth(
+    frames: Mapping[str, pd.DataFrame | None],
+    title: str = "A turn's API time grows with the history it carries",
+) -> go.Figure:
+    """Per design, each turn's API time (ms) against its prompt's size (tokens)."""
+    order = list(frames)
+    traces = []
+    for name, frame in frames.items():
+        x, y = [], []
+        if frame is not None and len(frame):
+            prompt = _prompt_tokens(frame)
+            api = turns(frame)["api"] * MS
+            both = pd.concat([prompt, api], axis=1, keys=["prompt", "api"]).dropna()
+            x, y = list(both["prompt"]), list(both["api"])
+        traces.append(_line(name, x, y, order))
+    return _layout(go.Figure(traces), title, "history carried (prompt tokens)", "API time of the turn (ms)")
+
+
+def _prompt_tokens(frame: pd.DataFrame) -> pd.Series:
+    """Per turn, the prompt's size after rendering (the render span's ``prompt_tokens``)."""
+    rows = frame[(frame["source"] == "server") & (frame["stage"] == "render")]
+    return rows.groupby("turn")["detail"].agg(lambda ds: max(d.get("prompt_tokens", 0) for d in ds))
+
+
+def stage_waterfall(frame: pd.DataFrame, turn: int, title: str | None = None) -> go.Figure:
+    """One turn's spans, server and client, as bars on the turn's own clock (ms from its send)."""
+    rows = frame[(frame["turn"] == turn) & (frame["duration"] > 0) & (frame["bucket"] != OBSERVER)]
+    send = frame.loc[(frame["turn"] == turn) & (frame["stage"] == "send"), "start"].min()
+    rows = rows.sort_values("start")
+    labels = [f"{i + 1:02d} {stage}" for i, stage in enumerate(rows["stage"])]
+    traces = []
+    for bucket in BUCKETS:
+        mine = rows["bucket"] == bucket
+        traces.append(
+            go.Bar(
+                name=BUCKET_LABELS[bucket],
+                y=[label for label, m in zip(labels, mine, strict=True) if m],
+                x=list(rows.loc[mine, "duration"] * MS),
+                base=list((rows.loc[mine, "start"] - send) * MS),
+                orientation="h",
+                marker_color=BUCKET_COLORS[bucket],
+            )
+        )
+    fig = go.Figure(traces)
+    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1])
+    title = title or f"Turn {turn}, stage by stage"
+    return _layout(fig, title, "ms since the client sent the request", "", height=40 + 22 * max(len(rows), 8))
+
+
+# ---------------------------------------------------------------- several rollouts side by side
+
+
+def rollout_gantt(
+    frames: Mapping[str, pd.DataFrame | None], title: str = "Whole rollouts, stage by stage"
+) -> go.Figure:
+    """Every span of each rollout on one time axis (s from its first send), a row per design."""
+    traces = []
+    for bucket in BUCKETS:
+        x, base, y, text = [], [], [], []
+        for name, frame in frames.items():
+            if frame is None or not len(frame):
+                continue
+            rows = frame[(frame["bucket"] == bucket) & (frame["duration"] > 0)]
+            x += list(rows["duration"])
+            base += list(rows["t"])
+            y += [name] * len(rows)
+            text += [f"turn {t}: {s}" for t, s in zip(rows["turn"], rows["stage"], strict=True)]
+        traces.append(
+            go.Bar(
+                name=BUCKET_LABELS[bucket],
+                x=x,
+                base=base,
+                y=y,
+                hovertext=text,
+                orientation="h",
+                marker_color=BUCKET_COLORS[bucket],
+                marker_line_width=0,
+            )
+        )
+    fig = go.Figure(traces)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(frames)[::-1])
+    return _layout(fig, title, "seconds since the rollout's first request", "", barmode="overlay")
+
+
+def race(frames: Mapping[str, pd.DataFrame | None], title: str = "Time so far, turn by turn") -> go.Figure:
+    """Per design, the rollout's time up to the end of each turn (s): the steeper, the slower."""
+    order = list(frames)
+    traces = []
+    for name, frame in frames.items():
+        x, y = [], []
+        if frame is not None and len(frame):
+            elapsed = turns(frame)["wall"].cumsum()
+            x, y = list(elapsed.index), list(elapsed)
+        traces.append(_line(name, x, y, order))
+    return _layout(go.Figure(traces), title, "turn", "time so far (s)")
+
+
+def stage_tokens(
+    frames: Mapping[str, pd.DataFrame | None], stage: str, title: str | None = None
+) -> go.Figure:
+    """Per design, the tokens one stage processed each turn (``input_safety``, ``render``, ...)."""
+    order = list(frames)
+    traces = []
+    for name, frame in frames.items():
+        x, y = [], []
+        if frame is not None and len(frame):
+            rows = frame[(frame["source"] == "server") & (frame["stage"] == stage)]
+            work = rows.groupby("turn")["tokens"].sum()
+            x, y = list(work.index), list(work)
+        traces.append(_line(name, x, y, order))
+    title = title or f"Tokens the {stage} stage processed, per turn"
+    return _layout(go.Figure(traces), title, "turn", "tokens")
+
+
+def design_bars(table: pd.DataFrame, title: str = "End to end and time to first token") -> go.Figure:
+    """Per design (rows of ``table``: ``design``, ``e2e_s``, ``ttft_mean_s``): two bar groups."""
+    names = list(table["design"]) if len(table) else []
+    colors = [design_color(n, names) for n in names]
+    fig = go.Figure(
+        [
+            go.Bar(name="end to end (s)", x=names, y=list(table.get("e2e_s", [])), marker_color=colors),
+            go.Bar(
+                name="mean TTFT (ms)",
+                x=names,
+                y=[v * MS for v in table.get("ttft_mean_s", [])],
+                marker_color=colors,
+                marker_pattern_shape="/",
+                yaxis="y2",
+                offsetgroup=1,
+            ),
+        ]
+    )
+    fig.update_traces(offsetgroup=0, selector={"name": "end to end (s)"})
+    return _layout(
+        fig,
+        title,
+        "design",
+        "end to end (s)",
+        yaxis2={"title": "mean TTFT (ms)", "overlaying": "y", "side": "right", "rangemode": "tozero"},
+        barmode="group",
+    )

@@ -1,0 +1,156 @@
+"""The standard figures and the live-plot helper, checked without a browser."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from labkit.analysis import live, plots
+from labkit.analysis.metrics import turns
+from labkit.client.agent import Rollout
+from labkit.server.handle import LabkitServer
+
+SCENARIO = "synthetic:turns=4,output_tokens=20,tool_tokens=300,instruction_tokens=200"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LabkitServer]:
+    with LabkitServer(args=["--profile", "local"]) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def frames(server: LabkitServer) -> dict[str, pd.DataFrame]:
+    return {d: Rollout.run(server.base_url, d, SCENARIO).frame() for d in ("naive", "websocket")}
+
+
+class Handle:
+    """Stands in for IPython's display handle: remembers what the output became."""
+
+    def __init__(self, shown: Any) -> None:
+        self.shown = [shown]
+
+    def update(self, obj: Any) -> None:
+        self.shown.append(obj)
+
+
+@pytest.fixture
+def displayed(monkeypatch: pytest.MonkeyPatch) -> list[Handle]:
+    handles: list[Handle] = []
+
+    def display(obj: Any, display_id: bool = False) -> Handle:
+        handles.append(Handle(obj))
+        return handles[-1]
+
+    monkeypatch.setattr("IPython.display.display", display)
+    return handles
+
+
+def messages(widget: Any) -> list[str]:
+    """Wrap a FigureWidget's senders, so the test sees each message it sends to the browser."""
+    sent: list[str] = []
+    for name in ("_send_update_msg", "_send_restyle_msg", "_send_relayout_msg", "_send_addTraces_msg"):
+        original = getattr(widget, name)
+
+        def record(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            sent.append(_name)
+            return _original(*args, **kwargs)
+
+        setattr(widget, name, record)
+    return sent
+
+
+def test_live_plot_sends_one_batch_per_turn_and_leaves_the_same_data_static(
+    server: LabkitServer, displayed: list[Handle]
+) -> None:
+    plot = live.LivePlot(plots.turn_buckets).show(None)  # shown before the rollout starts
+    assert displayed[0].shown[0] is plot.widget
+    sent = messages(plot.widget)
+    rollout = Rollout("websocket")
+    for n, _record in enumerate(rollout.play(server.base_url, SCENARIO, watch=True), start=1):
+        plot.update(rollout.frame())
+        assert plot.updates == n
+        assert len(sent) == n, sent  # one message to the browser per turn
+        # the widget holds exactly what the pure function drew from the turns so far
+        api = [round(v, 9) for v in plot.widget.data[0].y]
+        assert api == [round(v, 9) for v in turns(rollout.frame())["api"] * 1000][:n]
+    final = plot.finish()  # no browser drew it here: a static figure takes the widget's place
+    html = displayed[0].shown[-1].data
+    assert displayed[0].shown[-1] is not plot.widget
+    assert "<script" in html and "cdn" not in html.split("Plotly.newPlot")[0][-2000:].lower()
+    # the static figure carries the final data
+    for trace in final.data:
+        assert json.dumps([round(v, 6) for v in trace.y]) in _numbers(html)
+
+
+def _numbers(html: str) -> str:
+    """The figure's y arrays as they appear in the static HTML's JSON, rounded like the test."""
+    payload = html[html.index("Plotly.newPlot(") :]
+    start = payload.index("[")
+    data = json.JSONDecoder().raw_decode(payload[start:])[0]
+    return " ".join(json.dumps([round(v, 6) for v in trace["y"]]) for trace in data if "y" in trace)
+
+
+async def _shown(plot: live.LivePlot, timeout: float) -> bool:
+    return await plot.shown(timeout=timeout)
+
+
+def test_a_drawn_widget_stays_live(displayed: list[Handle], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a browser reports the widget drawn, ``shown`` returns and ``finish`` keeps the widget."""
+    import asyncio
+
+    monkeypatch.delenv(live.HEADLESS_ENV, raising=False)
+    plot = live.LivePlot(plots.turn_buckets).show(None)
+    assert asyncio.run(_shown(plot, timeout=0.3)) is False  # nobody drew it yet
+    plot.widget._js2py_traceDeltas = {"trace_deltas": [], "trace_edit_id": 0}  # what the browser sends
+    assert asyncio.run(_shown(plot, timeout=5)) is True
+    plot.finish()
+    assert displayed[0].shown == [plot.widget]
+
+
+def test_static_figures_embed_plotly_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live, "_plotlyjs_embedded", False)
+    fig = plots.design_bars(pd.DataFrame({"design": ["naive"], "e2e_s": [1.0], "ttft_mean_s": [0.1]}))
+    first, second = live.static(fig).data, live.static(fig).data
+    assert len(first) > 1_000_000 > len(second)  # plotly.js itself, then only the figure
+    assert "https://cdn" not in first[:5000]
+
+
+def test_figures_draw_from_rollouts(frames: dict[str, pd.DataFrame]) -> None:
+    naive, ws = frames["naive"], frames["websocket"]
+    bars = plots.turn_buckets(naive)
+    assert [t.name for t in bars.data] == ["API service", "inference", "client (tools, request)"]
+    assert len(bars.data[0].x) == 4
+    growth = plots.history_growth(frames)
+    assert [t.name for t in growth.data] == ["naive", "websocket"]
+    assert list(growth.data[0].x) == sorted(growth.data[0].x)  # the history only grows
+    waterfall = plots.stage_waterfall(ws, 1)
+    stages = [label.split(" ", 1)[1] for t in waterfall.data for label in t.y]
+    assert {"render", "prefill", "decode", "tool"} <= set(stages)
+    assert "observe" not in stages
+    gantt = plots.rollout_gantt(frames)
+    assert {y for t in gantt.data for y in t.y} == {"naive", "websocket"}
+    tokens = plots.stage_tokens(frames, "input_safety")
+    naive_line, ws_line = (list(t.y) for t in tokens.data)
+    assert naive_line[-1] > 2 * ws_line[-1]
+    race = plots.race(frames)
+    assert all(list(t.y) == sorted(t.y) for t in race.data)
+
+
+def test_empty_data_draws_the_same_traces() -> None:
+    """Live plots start from nothing: the traces exist before the data does."""
+    assert len(plots.turn_buckets(None).data) == 3
+    assert [t.name for t in plots.race({"naive": None, "sprint": None}).data] == ["naive", "sprint"]
+    assert len(plots.stage_tokens({"a": None}, "render").data) == 1
+
+
+def test_colours_are_one_per_design_and_bucket() -> None:
+    assert plots.design_color("naive") != plots.design_color("websocket")
+    composed = ["naive", "naive+render_cache", "naive+render_cache+model_config_cache"]
+    colors = [plots.design_color(n, composed) for n in composed]
+    assert len(set(colors)) == 3
+    assert set(plots.BUCKET_COLORS) == {"api", "inference", "client"}

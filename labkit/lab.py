@@ -16,12 +16,13 @@ The names, grouped:
 
 - serving: ``LabkitServer``
 - rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``TurnRecord``; ``Toolbox``
-  (the agent's real tools, on a sandbox copy of the sample repository)
+  (the agent's real tools, on a sandbox copy of the sample repository); ``fetch_spans``
+  (the server's spans of any response, such as one an SDK client made)
 - designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``
 - metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work``, ``span_detail``
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
-  ``show`` (a finished figure, static)
+  ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
 - the stage names and buckets: ``Stage``, ``bucket_of``
 """
 
@@ -37,11 +38,11 @@ from labkit.analysis import plots
 from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
 from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.frames import span_detail, stage_work
-from labkit.analysis.live import LivePlot, show
+from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
 from labkit.api.stages import Stage, bucket_of
-from labkit.client.agent import Rollout, Toolbox, TurnRecord
+from labkit.client.agent import Rollout, Toolbox, TurnRecord, fetch_spans
 from labkit.designs import DESIGNS, Design, compose, plan_rows
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
@@ -69,6 +70,7 @@ __all__ = [
     "compose",
     "cpu_costs",
     "end_to_end",
+    "fetch_spans",
     "plan_table",
     "plots",
     "predict",
@@ -76,6 +78,7 @@ __all__ = [
     "scenario",
     "shape",
     "show",
+    "shown",
     "span_detail",
     "stage_work",
     "summary",

@@ -105,6 +105,15 @@ class LivePlot:
         return self.figure
 
 
+async def shown(*plots: LivePlot, timeout: float = 15.0) -> None:
+    """Wait until a browser has drawn each of these plots (see ``LivePlot.shown``).
+
+        await shown(bars, growth)
+    """
+    for plot in plots:
+        await plot.shown(timeout=timeout)
+
+
 def static(fig: go.Figure) -> Any:
     """A figure as self-contained HTML that shows without a kernel or a network.
 

@@ -8,6 +8,7 @@ colour everywhere, axes carry units and titles say what to notice.
 - ``history_growth``: each turn's API time against the history it carried
 - ``stage_waterfall``: one turn, stage by stage, on its own clock
 - ``rollout_gantt``: whole rollouts side by side, every stage as a bar
+- ``per_turn``: one metric (TTFT, API time...) each turn, one line per design
 - ``race``: time so far against turns, one line per design
 - ``stage_tokens``: per turn, the tokens a stage processed, one line per design
 - ``design_bars``: end to end and mean TTFT per design
@@ -31,6 +32,8 @@ from labkit.api.stages import BUCKETS, OBSERVER
 BUCKET_COLORS = {"api": "#e15759", "inference": "#4e79a7", "client": "#edc948"}
 BUCKET_LABELS = {"api": "API service", "inference": "inference", "client": "client (tools, request)"}
 DESIGN_COLORS = {"naive": "#7f7f7f", "sprint": "#f28e2b", "websocket": "#4e79a7", "appended": "#59a14f"}
+# Lines of designs that often coincide (naive and sprint scan alike) stay apart by their dash.
+DESIGN_DASHES = {"naive": "solid", "sprint": "dash", "websocket": "solid", "appended": "dot"}
 # For designs beyond the four (a composed spec, a model speed): a fixed cycle, in order of first use.
 EXTRA_COLORS = ("#b07aa1", "#9c755f", "#76b7b2", "#ff9da7", "#edc948", "#bab0ac", "#e15759")
 TEMPLATE = "plotly_white"
@@ -51,7 +54,14 @@ def design_color(name: str, order: Sequence[str] = ()) -> str:
 
 def _line(name: str, x: list, y: list, order: Sequence[str]) -> go.Scatter:
     color = design_color(name, order)
-    return go.Scatter(name=name, x=x, y=y, mode="lines+markers", line_color=color, marker_color=color)
+    return go.Scatter(
+        name=name,
+        x=x,
+        y=y,
+        mode="lines+markers",
+        line={"color": color, "dash": DESIGN_DASHES.get(name, "solid"), "width": 2.5},
+        marker_color=color,
+    )
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, **more: object) -> go.Figure:
@@ -84,7 +94,7 @@ def turn_buckets(frame: pd.DataFrame | None, title: str = "Where each turn's tim
             for bucket in BUCKETS
         ]
     )
-    return _layout(fig, title, "turn", "time (ms)", barmode="stack")
+    return _layout(fig, title, "turn", "time (ms)", barmode="stack", legend_traceorder="normal")
 
 
 def history_growth(
@@ -169,6 +179,25 @@ def rollout_gantt(
     fig = go.Figure(traces)
     fig.update_yaxes(categoryorder="array", categoryarray=list(frames)[::-1])
     return _layout(fig, title, "seconds since the rollout's first request", "", barmode="overlay")
+
+
+def per_turn(
+    frames: Mapping[str, pd.DataFrame | None],
+    metric: str = "ttft",
+    title: str = "Time to first token, turn by turn",
+    unit: str = "ms",
+) -> go.Figure:
+    """Per design, one column of ``metrics.turns`` (``ttft``, ``api``, ``wall``...) each turn."""
+    order = list(frames)
+    scale = MS if unit == "ms" else 1
+    traces = []
+    for name, frame in frames.items():
+        x, y = [], []
+        if frame is not None and len(frame):
+            column = turns(frame)[metric].dropna() * scale
+            x, y = list(column.index), list(column)
+        traces.append(_line(name, x, y, order))
+    return _layout(go.Figure(traces), title, "turn", f"{metric} ({unit})")
 
 
 def race(frames: Mapping[str, pd.DataFrame | None], title: str = "Time so far, turn by turn") -> go.Figure:

@@ -149,6 +149,23 @@ def run_rollout(
                 return
 
 
+def fetch_spans(
+    base_url: str, response_ids: list[str], api_key: str = DEFAULT_KEY
+) -> dict[str, list[dict[str, Any]]]:
+    """The server's spans of each response (``GET /v1/labkit/traces``), as the key that made it sees them.
+
+        spans = fetch_spans(server.base_url, [response.id], api_key="sk-local")[response.id]
+    """
+    headers = {"Authorization": f"Bearer {api_key}"}
+    found = {}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
+        for response_id in response_ids:
+            reply = http.get(TRACES_PATH, params={"response_id": response_id})
+            reply.raise_for_status()
+            found[response_id] = reply.json()["data"]
+    return found
+
+
 def _record(design: str, turn: int, result: TurnResult) -> TurnRecord:
     return TurnRecord(
         design=design,
@@ -243,12 +260,7 @@ class Rollout:
     ) -> None:
         """The server's spans of these responses (default: every turn's), from the traces endpoint."""
         wanted = response_ids or list(dict.fromkeys(r.response_id for r in self.records))
-        headers = {"Authorization": f"Bearer {api_key}"}
-        with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
-            for response_id in wanted:
-                reply = http.get(TRACES_PATH, params={"response_id": response_id})
-                reply.raise_for_status()
-                self.spans[response_id] = reply.json()["data"]
+        self.spans.update(fetch_spans(base_url, wanted, api_key))
 
     def frame(self) -> pd.DataFrame:
         """One tidy DataFrame of the rollout's spans, server and client (see ``labkit.analysis.frames``)."""

@@ -238,6 +238,27 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def check_keys(host: str, keys: list[str], *, allow_no_keys: bool) -> None:
+    """A server others can reach needs keys: without them anyone on the network could use it,
+    and every request would share one anonymous owner (and so see each other's responses)."""
+    bad = next((key for key in keys if not (key.isascii() and key.isprintable())), None)
+    if bad is not None:
+        raise CommandError("an API key (--api-key or $LABKIT_API_KEYS) must be printable ASCII")
+    if keys or _is_loopback(host):
+        return
+    if not allow_no_keys:
+        raise CommandError(
+            f"refusing to serve on --host {host} without API keys: anyone who can reach it could "
+            "use it and read every response; pass --api-key KEY (or set LABKIT_API_KEYS), "
+            "or --allow-no-keys to serve it open anyway"
+        )
+    print(
+        f"labkit: warning: serving on {host} with no API keys (--allow-no-keys); anyone who can "
+        "reach this port can use the server and read every response.",
+        file=sys.stderr,
+    )
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A TCP socket bound to host:port; a failure is one line saying what to change."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -282,6 +303,7 @@ def serve(args: argparse.Namespace) -> None:
 
     from labkit.server.app import ServerConfig, create_app
     from labkit.server.network import TrackedH11Protocol
+    from labkit.server.trace_stream import instructor_keys_from_env
 
     config = ServerConfig(
         api_keys=(args.api_key or []) + keys_from_env(),
@@ -290,28 +312,46 @@ def serve(args: argparse.Namespace) -> None:
         profile=args.profile,
         design=args.design,
         data_dir=data_dir,
+        instructor_keys=(args.instructor_key or []) + instructor_keys_from_env(),
+        max_body_bytes=args.max_body_bytes,
+        max_frame_bytes=args.max_frame_bytes,
+        max_output_tokens=args.max_output_tokens,
+        max_queued_creates=args.max_queued_creates,
+        max_traces=args.max_traces,
+        max_connections_per_key=args.max_connections_per_key,
+        max_requests_per_key=args.max_requests_per_key,
     )
     if args.db:
         config.db = args.db
     check_db(config.db)
+    if args.workers > 1 and config.db == ":memory:":
+        raise CommandError(
+            "--workers shares stored responses and billing through the database file; "
+            "with --db :memory: each worker would have its own, so pass a file with --db"
+        )
+    check_keys(args.host, config.api_keys, allow_no_keys=args.allow_no_keys)
     # Bind first, so the port (even 0, "any free port") is known before announcing readiness.
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
-    if not _is_loopback(args.host) and not config.api_keys:
-        print(
-            f"labkit: warning: serving on {args.host} with no API keys; anyone who can reach "
-            "this port can use the server. Pass --api-key or set LABKIT_API_KEYS.",
-            file=sys.stderr,
-        )
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(config),
             log_level=args.log_level,
             lifespan="on",
             ws_ping_interval=None,
+            ws_max_size=args.max_frame_bytes,  # a larger frame is refused: close code 1009
             http=TrackedH11Protocol,
         )
     )
+
+    if args.workers > 1:
+        from labkit.server.workers import WorkersError, serve_workers
+
+        try:
+            serve_workers(server, sock, args.workers, config.db, READY_LINE.format(host=args.host, port=port))
+        except WorkersError as e:
+            raise CommandError(str(e), status=1) from None
+        return
 
     async def run() -> None:
         task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -372,11 +412,72 @@ def build_parser() -> argparse.ArgumentParser:
         help="require this bearer key (repeatable; also $LABKIT_API_KEYS, comma-separated)",
     )
     p.add_argument(
+        "--instructor-key",
+        action="append",
+        metavar="KEY",
+        help="a key that may watch every key's traces at /v1/labkit/traces/stream (repeatable; "
+        "also $LABKIT_INSTRUCTOR_KEYS)",
+    )
+    p.add_argument(
         "--ws-lifetime",
         type=positive_number,
         default=3600.0,
         metavar="SECONDS",
         help="how long a WebSocket connection may stay open",
+    )
+    p.add_argument(
+        "--allow-no-keys",
+        action="store_true",
+        help="serve on a non-loopback --host without API keys (refused otherwise)",
+    )
+    # Limits for a room of clients (docs/protocol.md, "Limits").
+    p.add_argument(
+        "--max-body-bytes",
+        type=positive_count,
+        default=2 * 1024 * 1024,
+        metavar="N",
+        help="largest HTTP request body; a larger one is a 413",
+    )
+    p.add_argument(
+        "--max-frame-bytes",
+        type=positive_count,
+        default=2 * 1024 * 1024,
+        metavar="N",
+        help="largest WebSocket frame; a larger one closes the socket with code 1009",
+    )
+    p.add_argument(
+        "--max-output-tokens",
+        type=positive_count,
+        default=32_768,
+        metavar="N",
+        help="the longest answer the simulated model writes, whatever the request asks for",
+    )
+    p.add_argument(
+        "--max-queued-creates",
+        type=positive_count,
+        default=16,
+        metavar="N",
+        help="creates waiting on one WebSocket connection; more are refused (websocket_queue_full)",
+    )
+    p.add_argument(
+        "--max-traces",
+        type=positive_count,
+        default=10_000,
+        metavar="N",
+        help="responses whose spans are kept in memory for /v1/labkit/traces",
+    )
+    p.add_argument(
+        "--max-connections-per-key",
+        type=positive_count,
+        metavar="N",
+        help="open WebSocket connections per key; more are refused with 429 (default: no cap)",
+    )
+    p.add_argument(
+        "--max-requests-per-key",
+        type=positive_count,
+        metavar="N",
+        help="requests in flight per key (HTTP requests and WebSocket responses); more are a 429 "
+        "(default: no cap)",
     )
     p.add_argument(
         "--profile",
@@ -398,6 +499,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LOG_LEVELS,
         metavar="LEVEL",
         help=f"uvicorn's log level, one of {', '.join(LOG_LEVELS)}",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_count,
+        default=1,
+        metavar="N",
+        help="server processes sharing the port, for a bigger room: stored responses and billing "
+        "are shared through --db; each worker has its own connections, engine, caches and traces",
     )
     p.set_defaults(func=serve, command_parser=p)
 

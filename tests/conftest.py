@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -90,6 +91,24 @@ def server_spans(base_url: str, response_id: str, key: str = API_KEY) -> list[di
     )
     assert reply.status_code == 200, reply.text
     return reply.json()["data"]
+
+
+def two_http_turns(
+    base_url: str, model: str = "labkit-spark", **headers: str
+) -> tuple[list[dict], list[dict]]:
+    """A stateless conversation of two turns (a fresh prefix, so no cache knows it); each turn's spans."""
+    instructions = f"Session {uuid.uuid4().hex}. Be brief. " + "Read before you write. " * 20
+    history: list[dict] = [{"role": "user", "content": "Say hello."}]
+    spans = []
+    with httpx.Client(timeout=30, headers={**auth_headers(), **headers}) as http:
+        for _ in range(2):
+            body = {"model": model, "instructions": instructions, "input": history, "store": False}
+            reply = http.post(f"{base_url}/responses", json=body)
+            assert reply.status_code == 200, reply.text
+            response = reply.json()
+            spans.append(server_spans(base_url, response["id"]))
+            history = [*history, *response["output"], {"role": "user", "content": "More."}]
+    return spans[0], spans[1]
 
 
 def by_stage(spans: list[dict]) -> dict[str, dict]:

@@ -68,7 +68,9 @@ def test_serve_on_an_address_not_of_this_machine(tmp_path: Path) -> None:
             pass
         else:  # the address is this machine's, or non-local binds are allowed: labkit would serve
             pytest.skip("10.255.255.1 can be bound here")
-    result = labkit("serve", "--host", "10.255.255.1", "--port", "0", "--db", str(tmp_path / "r.sqlite3"))
+    # With a key: a non-loopback address without one is refused before any bind.
+    db = str(tmp_path / "r.sqlite3")
+    result = labkit("serve", "--host", "10.255.255.1", "--port", "0", "--db", db, "--api-key", "sk-room")
     one_line_error(result, "10.255.255.1", "--host")
 
 

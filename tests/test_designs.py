@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import fields, replace
 from typing import Any
 
 import httpx
 import pytest
-from conftest import auth_headers, by_stage, server_spans
+from conftest import auth_headers, by_stage, server_spans, two_http_turns
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -200,22 +199,6 @@ def server() -> Iterator[LabkitServer]:
         yield srv
 
 
-def two_http_turns(base_url: str, **headers: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A stateless conversation of two turns (a fresh prefix, so no cache knows it); each turn's spans."""
-    instructions = f"Session {uuid.uuid4().hex}. Be brief. " + "Read before you write. " * 20
-    history: list[dict[str, Any]] = [{"role": "user", "content": "Say hello."}]
-    spans = []
-    with httpx.Client(timeout=30, headers={**auth_headers(), **headers}) as http:
-        for _ in range(2):
-            body = {"model": MODEL, "instructions": instructions, "input": history, "store": False}
-            reply = http.post(f"{base_url}/responses", json=body)
-            assert reply.status_code == 200, reply.text
-            response = reply.json()
-            spans.append(server_spans(base_url, response["id"]))
-            history = [*history, *response["output"], {"role": "user", "content": "More."}]
-    return spans[0], spans[1]
-
-
 def test_a_composed_header_switches_on_the_render_cache(server: LabkitServer) -> None:
     first, second = two_http_turns(server.base_url, **{DESIGN_HEADER: "naive+render_cache"})
     assert by_stage(first)["render"]["detail"]["cache"] == "miss"
@@ -288,7 +271,9 @@ def test_a_bad_composed_design_refuses_the_upgrade(
 ) -> None:
     with pytest.raises(InvalidStatus) as refused:
         ws_connect(server, query, **headers)
-    assert refused.value.response.status_code == 403
+    # A 400 in the API's error shape, naming the header (docs/protocol.md §3.1).
+    assert refused.value.response.status_code == 400
+    assert b'"param":"x-labkit-design"' in refused.value.response.body
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
-from conftest import API_KEY, auth_headers, by_stage, server_spans
+from conftest import API_KEY, auth_headers, by_stage, server_spans, two_http_turns
 from openai import OpenAI
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
@@ -612,23 +612,9 @@ def test_unknown_design_refuses_the_websocket_upgrade(server: LabkitServer, wher
     query, headers = ("?design=turbo", {}) if where == "query" else ("", {DESIGN_HEADER: "turbo"})
     with pytest.raises(InvalidStatus) as refused:
         ws_connect(server, query, **headers)
-    assert refused.value.response.status_code == 403
-
-
-def two_http_turns(base_url: str, **headers: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A stateless conversation of two turns; the spans of each."""
-    instructions = unique_instructions()
-    history: list[dict[str, Any]] = [{"role": "user", "content": "Say hello."}]
-    spans = []
-    with httpx.Client(timeout=30, headers={**auth_headers(), **headers}) as http:
-        for _ in range(2):
-            body = {"model": MODEL, "instructions": instructions, "input": history, "store": False}
-            reply = http.post(f"{base_url}/responses", json=body)
-            assert reply.status_code == 200, reply.text
-            response = reply.json()
-            spans.append(server_spans(base_url, response["id"]))
-            history = [*history, *response["output"], {"role": "user", "content": "More."}]
-    return spans[0], spans[1]
+    # A 400 in the API's error shape, naming the header (docs/protocol.md §3.1).
+    assert refused.value.response.status_code == 400
+    assert b'"param":"x-labkit-design"' in refused.value.response.body
 
 
 def test_http_without_a_design_header_is_sprint(server: LabkitServer) -> None:

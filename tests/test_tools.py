@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import socket
+import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from labkit.client import tools
+from labkit.client import confine, tools
 from labkit.client.tools import (
     MAX_MATCHES,
     SAMPLE_REPO,
@@ -271,8 +275,12 @@ def test_run_tests_times_out(box: Sandbox, monkeypatch: pytest.MonkeyPatch) -> N
         "import time\nimport unittest\n\n\nclass Slow(unittest.TestCase):\n"
         "    def test_sleeps(self):\n        time.sleep(30)\n"
     )
+    assert run_tests(box, timeout_s=1.0).startswith("error: tests timed out after 1 s")
+    # The default comes from the sandbox, else the module's constant.
     monkeypatch.setattr(tools, "TEST_TIMEOUT_S", 1.0)
     assert run_tests(box).startswith("error: tests timed out after 1 s")
+    box.test_timeout_s = 0.5
+    assert run_tests(box).startswith("error: tests timed out after 0.5 s")
 
 
 @pytest.mark.parametrize(
@@ -365,3 +373,256 @@ def test_the_sandbox_leaves_the_sample_repo_untouched() -> None:
     assert not any(p.name == "__pycache__" for p in SAMPLE_REPO.rglob("*"))
     # The bug is still there for the next run.
     assert PATCHES[0]["arguments"]["old"] in (SAMPLE_REPO / PATCHES[0]["arguments"]["path"]).read_text()
+
+
+# ---------------------------------------------------------------- (g) staying in the sandbox
+
+PATH_TOOLS = {
+    "list_files": {},
+    "read_file": {},
+    "search": {"pattern": "x"},
+    "apply_patch": {"old": "a", "new": "b"},
+}
+
+
+@pytest.mark.parametrize("name", list(PATH_TOOLS))
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("tally/\0money.py", "error: path contains a NUL byte: 'tally/\\x00money.py'"),
+        ("\ud800.py", "error: path is not a valid file name: '\\ud800.py'"),
+    ],
+)
+def test_unusable_paths_come_back_as_errors(box: Sandbox, name: str, path: str, error: str) -> None:
+    assert TOOLS[name](box, path=path, **PATH_TOOLS[name]) == error
+    # As the model sends them: JSON escapes for the NUL byte and the lone surrogate.
+    arguments = json.dumps({"path": path, **PATH_TOOLS[name]})
+    assert run_tool(box, name, arguments) == error
+
+
+def test_a_text_that_cannot_be_written_is_an_error_and_changes_nothing(box: Sandbox) -> None:
+    target = box.path / "tally" / "terms.py"
+    before = target.read_bytes()
+    output = apply_patch(box, path="tally/terms.py", old="SATURDAY = 5", new="SATURDAY = \ud800")
+    assert output.startswith("error: 'utf-8' codec can't encode"), output
+    assert target.read_bytes() == before
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory outside the sandbox with a secret in it."""
+    root = tmp_path / "outside"
+    root.mkdir()
+    (root / "secret.txt").write_text("TOPSECRET = 1\n")
+    return root
+
+
+def test_symlinks_out_of_the_sandbox_are_refused_or_skipped(box: Sandbox, outside: Path) -> None:
+    (box.path / "linked_dir").symlink_to(outside, target_is_directory=True)
+    (box.path / "linked_secret.py").symlink_to(outside / "secret.txt")
+    (box.path / "tally" / "alias.py").symlink_to(box.path / "tally" / "money.py")  # stays inside
+    (box.path / "loop").symlink_to(box.path, target_is_directory=True)
+
+    listing = list_files(box).splitlines()
+    assert "tally/alias.py" in listing and "tally/money.py" in listing
+    assert not [p for p in listing if p.startswith(("linked", "loop"))], listing
+    assert list_files(box, path="linked_dir") == "error: path is outside the repository: linked_dir"
+
+    assert search(box, pattern="TOPSECRET") == "no matches for 'TOPSECRET' under ."
+    assert search(box, pattern="x", path="linked_dir").startswith("error: path is outside the repository")
+    assert search(box, pattern="x", path="linked_secret.py").startswith("error: path is outside")
+    money = search(box, pattern=r"^class Money\b").splitlines()
+    assert [line.split(":")[0] for line in money] == ["tally/alias.py", "tally/money.py"]
+
+    for path in ("linked_secret.py", "linked_dir/secret.txt"):
+        assert read_file(box, path=path) == f"error: path is outside the repository: {path}"
+        patched = apply_patch(box, path=path, old="TOPSECRET", new="CHANGED")
+        assert patched == f"error: path is outside the repository: {path}"
+    assert (outside / "secret.txt").read_text() == "TOPSECRET = 1\n"
+
+
+def test_hard_links_and_fifos_are_not_read_or_written(box: Sandbox, outside: Path) -> None:
+    try:
+        os.link(outside / "secret.txt", box.path / "hard.py")
+    except OSError:
+        pytest.skip("the sandbox and the test's temporary directory are on different file systems")
+    assert read_file(box, path="hard.py") == (
+        "error: hard.py has other hard links; the tools do not read or write through them"
+    )
+    assert apply_patch(box, path="hard.py", old="TOPSECRET", new="CHANGED").startswith("error: hard.py has")
+    assert search(box, pattern="TOPSECRET") == "no matches for 'TOPSECRET' under ."
+    assert (outside / "secret.txt").read_text() == "TOPSECRET = 1\n"
+
+    os.mkfifo(box.path / "pipe")  # reading it would block the tool forever
+    assert read_file(box, path="pipe") == "error: no such file: pipe"
+    assert "pipe" not in list_files(box).splitlines()
+    assert search(box, pattern="nothing-matches-this") == "no matches for 'nothing-matches-this' under ."
+
+
+def repo_with_test(tmp_path: Path, body: str) -> Path:
+    """A tiny repository whose only test runs ``body`` (indented into a test method)."""
+    repo = tmp_path / "probe_repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "__init__.py").write_text("")
+    indented = textwrap.indent(textwrap.dedent(body).strip() + "\n", " " * 8)
+    (repo / "tests" / "test_probe.py").write_text(
+        "import os\nimport pathlib\nimport subprocess\nimport sys\nimport unittest\n\n\n"
+        f"class Probe(unittest.TestCase):\n    def test_probe(self):\n{indented}"
+    )
+    return repo
+
+
+def test_the_test_run_sees_no_secret_of_the_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LABKIT_SECRET_TEST", "s3cret-value")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    repo = repo_with_test(
+        tmp_path,
+        """
+        print("seen:", os.environ.get("LABKIT_SECRET_TEST"))
+        print("names:", " ".join(sorted(os.environ)))
+        """,
+    )
+    with Sandbox(repo) as sandbox:
+        output = run_tests(sandbox)
+    assert output.endswith("exit status: 0 (passed)"), output
+    assert "seen: None" in output
+    assert "s3cret-value" not in output and "sk-should-not-leak" not in output
+    names = set(labelled(output, "names:").split())
+    python = {"PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONUNBUFFERED"}
+    assert names <= {*tools.TEST_ENV_KEEP, "HOME", "TMPDIR", "TMP", "TEMP", *python}, names
+
+
+def test_the_test_run_writes_home_and_temp_files_inside_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_home = tmp_path / "real_home"
+    real_home.mkdir()
+    monkeypatch.setenv("HOME", str(real_home))
+    repo = repo_with_test(
+        tmp_path,
+        """
+        import tempfile
+        home = pathlib.Path(os.path.expanduser("~"))
+        print("existed:", (home / ".planted").exists())
+        (home / ".planted").write_text("x")
+        print("home:", home)
+        print("temp:", tempfile.gettempdir())
+        """,
+    )
+    with Sandbox(repo) as sandbox:
+        output = run_tests(sandbox)
+        assert output.endswith("exit status: 0 (passed)"), output
+        home = Path(labelled(output, "home:"))
+        assert home.is_relative_to(sandbox.root) and not home.is_relative_to(sandbox.path)
+        assert (home / ".planted").is_file()
+        assert Path(labelled(output, "temp:")).is_relative_to(sandbox.root)
+        assert ".planted" not in list_files(sandbox)  # the tools see the repository only
+        assert labelled(run_tests(sandbox), "existed:") == "False"  # each run starts a fresh HOME
+    assert list(real_home.iterdir()) == []
+
+
+def labelled(output: str, label: str) -> str:
+    """What the test printed after ``label`` on a line of its own."""
+    return next(line for line in output.splitlines() if line.startswith(label)).split(" ", 1)[1]
+
+
+@pytest.mark.skipif(confine.landlock_abi() < 1, reason="the kernel has no Landlock")
+def test_the_test_run_cannot_write_outside_the_sandbox(tmp_path: Path) -> None:
+    target = tmp_path / "written-by-the-tests.txt"
+    repo = repo_with_test(
+        tmp_path,
+        f"""
+        try:
+            pathlib.Path({str(target)!r}).write_text("x")
+            print("wrote it")
+        except PermissionError:
+            print("refused")
+        """,
+    )
+    with Sandbox(repo) as sandbox:
+        output = run_tests(sandbox)
+    assert "refused" in output and "wrote it" not in output, output
+    assert not target.exists()
+
+
+@pytest.mark.skipif(confine.landlock_abi() < 4, reason="the kernel's Landlock does not cover TCP")
+def test_the_test_run_cannot_connect_over_tcp(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        repo = repo_with_test(
+            tmp_path,
+            f"""
+            import socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+                print("connected")
+            except PermissionError:
+                print("refused")
+            """,
+        )
+        with Sandbox(repo) as sandbox:
+            output = run_tests(sandbox)
+    assert "refused" in output and "connected" not in output, output
+
+
+def test_the_test_run_has_resource_limits(tmp_path: Path) -> None:
+    repo = repo_with_test(
+        tmp_path,
+        """
+        import resource
+        for name in ("RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_CORE"):
+            print(name, *resource.getrlimit(getattr(resource, name)))
+        """,
+    )
+    with Sandbox(repo) as sandbox:
+        output = run_tests(sandbox, timeout_s=7.5)
+    fsize = tools.TEST_LIMITS["RLIMIT_FSIZE"]
+    assert f"RLIMIT_FSIZE {fsize} {fsize}" in output, output
+    assert "RLIMIT_CPU 9 9" in output  # the CPU backstop: the time limit rounded up, plus one
+    assert "RLIMIT_CORE 0 0" in output
+
+
+def spawn_sleeper(pid_file: str) -> str:
+    """Test code that starts a process meant to outlive the run and records its pid."""
+    return textwrap.dedent(f"""
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        pathlib.Path({pid_file!r}).write_text(str(child.pid))
+        """)
+
+
+def gone(pid: int) -> bool:
+    """Whether the process has ended (a zombie nobody reaped has ended too)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def wait_gone(pid: int) -> bool:
+    for _ in range(100):  # SIGKILL is immediate; allow the kernel a moment to tear it down
+        if gone(pid):
+            return True
+        time.sleep(0.05)
+    return gone(pid)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_an_endless_test_is_stopped_with_everything_it_started(tmp_path: Path) -> None:
+    repo = repo_with_test(tmp_path, spawn_sleeper("sleeper.pid") + "\nwhile True:\n    pass\n")
+    with Sandbox(repo) as sandbox:
+        output = run_tests(sandbox, timeout_s=1.0)
+        pid = int((sandbox.path / "sleeper.pid").read_text())
+    assert output.startswith("error: tests timed out after 1 s"), output
+    assert wait_gone(pid)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_a_process_left_running_by_passing_tests_is_stopped(tmp_path: Path) -> None:
+    repo = repo_with_test(tmp_path, spawn_sleeper("sleeper.pid"))
+    with Sandbox(repo) as sandbox:
+        # The sleeper keeps the output open; the call must still end when the tests do.
+        output = run_tests(sandbox, timeout_s=60)
+        pid = int((sandbox.path / "sleeper.pid").read_text())
+    assert output.endswith("exit status: 0 (passed)"), output
+    assert wait_gone(pid)

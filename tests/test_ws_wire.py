@@ -548,7 +548,10 @@ def keyed_server() -> Iterator[LabkitServer]:
 def test_upgrade_without_a_valid_key_is_refused(keyed_server: LabkitServer, headers: dict[str, str]) -> None:
     with pytest.raises(InvalidStatus) as refused, connect(keyed_server.ws_url, additional_headers=headers):
         pass
-    assert refused.value.response.status_code == 403
+    # Refused before the handshake with an HTTP answer in the API's error shape (§3.1).
+    assert refused.value.response.status_code == 401
+    error = json.loads(refused.value.response.body)["error"]
+    assert error["type"] == "authentication_error" and error["code"] == "invalid_api_key"
 
 
 def test_upgrade_with_the_right_key_works_and_responses_stay_with_their_key(

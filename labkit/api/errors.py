@@ -89,6 +89,16 @@ def authentication_error(message: str = "Incorrect API key provided.") -> APIErr
     return APIError(401, message, type="authentication_error", code="invalid_api_key")
 
 
+def rate_limited(message: str, code: str = "rate_limit_exceeded") -> APIError:
+    """429: the client must slow down (a per-key limit, or a full WebSocket queue)."""
+    return APIError(429, message, type="rate_limit_error", code=code)
+
+
+def too_large(message: str) -> APIError:
+    """413: a request body over the server's limit."""
+    return APIError(413, message, code="request_too_large")
+
+
 def server_error(message: str = "The server had an error while processing your request.") -> APIError:
     return APIError(500, message, type="server_error", code="server_error")
 

@@ -19,6 +19,7 @@ answer a call in it); the pipeline runs it once the history is loaded.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -297,7 +298,123 @@ def parse_tool(raw: Any, param: str) -> dict[str, Any]:
         )
     if raw["type"] != "function":
         return raw  # hosted and client-specific tools (namespace, web_search, ...) pass through
-    return _validate(FunctionTool, raw, param).model_dump(exclude_none=True)
+    tool = _validate(FunctionTool, raw, param)
+    assert isinstance(tool, FunctionTool)
+    if tool.parameters is not None:
+        check_schema(tool.parameters, f"{param}.parameters", tool.name)
+    return tool.model_dump(exclude_none=True)
+
+
+# ---------------------------------------------------------------- tool parameter schemas
+
+# The JSON Schema keywords labkit reads (to render a tool and to build example arguments),
+# and what each must hold. Other keywords are kept and never read.
+_SCHEMA_KEYS = ("properties", "$defs", "definitions", "patternProperties")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf")
+_SCHEMA_ONE = ("not", "additionalProperties", "additionalItems", "contains", "propertyNames")
+_COUNTS = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties")
+_BOUNDS = ("minimum", "maximum", "multipleOf")
+_JSON_TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _schema_problem(schema: dict[str, Any]) -> tuple[str, str] | None:
+    """The first keyword of one schema node (not its children) that holds the wrong kind of value."""
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not kinds or not all(isinstance(k, str) and k in _JSON_TYPES for k in kinds):
+            return "type", "a JSON type name or a non-empty array of them"
+    if "required" in schema and not (
+        isinstance(schema["required"], list) and all(isinstance(k, str) for k in schema["required"])
+    ):
+        return "required", "an array of strings"
+    if "enum" in schema and not isinstance(schema["enum"], list):
+        return "enum", "an array"
+    for key in _COUNTS:
+        value = schema.get(key)
+        if key in schema and not (_is_number(value) and value >= 0 and float(value).is_integer()):
+            return key, "a non-negative integer"
+    for key in _BOUNDS:
+        if key in schema and not _is_number(schema[key]):
+            return key, "a finite number"
+    for key in ("exclusiveMinimum", "exclusiveMaximum"):  # a number, or draft 4's boolean
+        if key in schema and not (_is_number(schema[key]) or isinstance(schema[key], bool)):
+            return key, "a finite number"
+    for key in _SCHEMA_KEYS:
+        if key in schema and not (
+            isinstance(schema[key], dict) and all(isinstance(v, dict | bool) for v in schema[key].values())
+        ):
+            return key, "an object of schemas"
+    for key in _SCHEMA_LISTS:
+        if key in schema and not (
+            isinstance(schema[key], list)
+            and schema[key]
+            and all(isinstance(v, dict | bool) for v in schema[key])
+        ):
+            return key, "a non-empty array of schemas"
+    for key in _SCHEMA_ONE:
+        if key in schema and not isinstance(schema[key], dict | bool):
+            return key, "a schema"
+    items = schema.get("items")
+    if "items" in schema and not (
+        isinstance(items, dict | bool)
+        or (isinstance(items, list) and all(isinstance(v, dict | bool) for v in items))
+    ):
+        return "items", "a schema or an array of schemas"
+    return None
+
+
+def _subschemas(schema: dict[str, Any], path: str) -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = []
+    for key in _SCHEMA_KEYS:
+        found += [(f"{path}.{key}.{name}", sub) for name, sub in (schema.get(key) or {}).items()]
+    for key in _SCHEMA_LISTS:
+        found += [(f"{path}.{key}[{i}]", sub) for i, sub in enumerate(schema.get(key) or [])]
+    for key in _SCHEMA_ONE:
+        if key in schema:
+            found.append((f"{path}.{key}", schema[key]))
+    items = schema.get("items")
+    if isinstance(items, list):
+        found += [(f"{path}.items[{i}]", sub) for i, sub in enumerate(items)]
+    elif items is not None:
+        found.append((f"{path}.items", items))
+    return found
+
+
+def check_schema(schema: dict[str, Any], param: str, name: str) -> None:
+    """Refuse a function's ``parameters`` whose keywords hold the wrong kind of value.
+
+    Only the keywords labkit reads are checked (types, properties, required, enum, the
+    combinators, counts and bounds), at every level; a 400 ``invalid_function_parameters``
+    names the keyword's path.
+
+    >>> check_schema({"type": "object", "properties": {"tags": {"type": "array", "minItems": -1}}},
+    ...     "tools[0].parameters", "tag")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    labkit.api.errors.APIError: Invalid schema ... 'tools[0].parameters.properties.tags.minItems' must be ...
+    """
+    stack: list[tuple[str, Any]] = [(param, schema)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, bool):
+            continue  # true and false are schemas too
+        if not isinstance(node, dict):
+            problem: tuple[str, str] | None = ("", "a schema (an object or a boolean)")
+        else:
+            problem = _schema_problem(node)
+        if problem is not None:
+            key, wanted = problem
+            where = f"{path}.{key}" if key else path
+            raise invalid_request(
+                f"Invalid schema for function '{name}': '{where}' must be {wanted}.",
+                param=where,
+                code="invalid_function_parameters",
+            )
+        stack.extend(reversed(_subschemas(node, path)))
 
 
 def _parse_input(raw: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -314,11 +431,35 @@ def parse_create(raw: Any) -> CreateRequest:
     assert isinstance(body, CreateBody)
     items = _parse_input(body.input)
     tools = [parse_tool(raw_tool, f"tools[{i}]") for i, raw_tool in enumerate(body.tools or [])]
-    if body.metadata is not None and len(body.metadata) > 16:
-        raise invalid_request(
-            "Invalid 'metadata': too many keys (at most 16).", param="metadata", code="invalid_value"
-        )
+    if body.metadata is not None:
+        check_metadata(body.metadata)
     return CreateRequest(body, items, tools)
+
+
+# The OpenAI API's limits on metadata: 16 pairs, keys up to 64 characters, values up to 512.
+MAX_METADATA_KEYS, MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS = 16, 64, 512
+
+
+def check_metadata(metadata: dict[str, str]) -> None:
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise invalid_request(
+            f"Invalid 'metadata': too many keys (at most {MAX_METADATA_KEYS}).",
+            param="metadata",
+            code="invalid_value",
+        )
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise invalid_request(
+                f"Invalid 'metadata': a key is {len(key)} characters (at most {MAX_METADATA_KEY_CHARS}).",
+                param="metadata",
+                code="invalid_value",
+            )
+        if len(value) > MAX_METADATA_VALUE_CHARS:
+            raise invalid_request(
+                f"Invalid 'metadata.{key}': {len(value)} characters (at most {MAX_METADATA_VALUE_CHARS}).",
+                param=f"metadata.{key}",
+                code="invalid_value",
+            )
 
 
 def parse_compact(raw: Any) -> CompactRequest:

@@ -76,43 +76,105 @@ class Policy(Protocol):
 # ---------------------------------------------------------------- arguments from a schema
 
 
+# Bounds on example arguments, whatever numbers a schema holds: a client's minItems of 1e30
+# or minLength of a billion must not make the server build (or the model sample) more.
+MAX_EXAMPLE_ITEMS = 8  # elements of one array
+MAX_EXAMPLE_CHARS = 256  # characters of one string
+MAX_EXAMPLE_DEPTH = 16  # nesting of the value
+MAX_EXAMPLE_NODES = 2_000  # values in all
+
+
 def example_value(schema: Any, name: str = "value") -> Any:
-    """A value valid under a JSON schema, deterministic.
+    """A value valid under a JSON schema, deterministic, and small whatever the schema says.
+
+    Sizes are clamped (``MAX_EXAMPLE_*``): past them the value may not meet the schema,
+    but it is built in bounded time. A malformed schema gives some value, never an error.
 
     >>> example_value({"type": "object", "properties": {"path": {"type": "string"},
     ...     "n": {"type": "integer", "minimum": 3}}, "required": ["path"]})
     {'path': 'path', 'n': 3}
+    >>> len(example_value({"type": "array", "minItems": 1e30, "items": {"type": "string"}}))
+    8
     """
-    if not isinstance(schema, dict):
-        return name
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf"):
-        if schema.get(key):
-            return example_value(schema[key][0], name)
-    if schema.get("allOf"):
-        merged: dict[str, Any] = {}
-        for sub in schema["allOf"]:
-            merged.update(sub)
-        return example_value(merged, name)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object" or (kind is None and "properties" in schema):
-        props = schema.get("properties") or {}
-        return {key: example_value(sub, key) for key, sub in props.items()}
-    if kind == "array":
-        count = max(1, int(schema.get("minItems", 1)))
-        return [example_value(schema.get("items", {}), name) for _ in range(count)]
-    if kind in ("integer", "number"):
-        return _example_number(schema, integer=kind == "integer")
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return _example_string(schema, name)
+    return _Example().value(schema, name, 0)
+
+
+def _count(value: Any, default: int, cap: int) -> int:
+    """A schema's count keyword as a whole number in ``0..cap`` (``default`` if it is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return min(default, cap)
+    return max(0, min(int(min(value, cap)), cap))
+
+
+class _Example:
+    """One ``example_value`` call: a budget of values, so no schema costs more than a few."""
+
+    def __init__(self) -> None:
+        self.nodes = MAX_EXAMPLE_NODES
+
+    def value(self, schema: Any, name: str, depth: int) -> Any:
+        self.nodes -= 1
+        if not isinstance(schema, dict):
+            return name
+        if "const" in schema:
+            return schema["const"]
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum:
+            return enum[0]
+        spent = depth >= MAX_EXAMPLE_DEPTH or self.nodes <= 0
+        for key in ("anyOf", "oneOf"):
+            options = schema.get(key)
+            if isinstance(options, list) and options and not spent:
+                return self.value(options[0], name, depth + 1)
+        parts = schema.get("allOf")
+        if isinstance(parts, list) and parts and not spent:
+            merged: dict[str, Any] = {}
+            for sub in parts:
+                if isinstance(sub, dict):
+                    merged.update(sub)
+            return self.value(merged, name, depth + 1)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        if kind == "object" or (kind is None and "properties" in schema):
+            props = schema.get("properties")
+            out: dict[str, Any] = {}
+            for key, sub in (props if isinstance(props, dict) and not spent else {}).items():
+                if self.nodes <= 0:
+                    break
+                out[key] = self.value(sub, key, depth + 1)
+            return out
+        if kind == "array":
+            count = 0 if spent else max(1, _count(schema.get("minItems"), 1, MAX_EXAMPLE_ITEMS))
+            out_items = []
+            for _ in range(count):
+                if self.nodes <= 0:
+                    break
+                out_items.append(self.value(schema.get("items", {}), name, depth + 1))
+            return out_items
+        if kind in ("integer", "number"):
+            return _example_number(schema, integer=kind == "integer")
+        if kind == "boolean":
+            return True
+        if kind == "null":
+            return None
+        return _example_string(schema, name)
+
+
+def _bound(schema: dict[str, Any], inclusive: str, exclusive: str) -> tuple[float | None, bool]:
+    """A bound and whether it is open: draft 2020's number form, or draft 4's boolean flag."""
+
+    def number(value: Any) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return None
+        return value
+
+    flag = schema.get(exclusive)
+    if isinstance(flag, bool):
+        return number(schema.get(inclusive)), flag
+    if number(flag) is not None:
+        return number(flag), True
+    return number(schema.get(inclusive)), False
 
 
 def _example_number(schema: dict[str, Any], *, integer: bool) -> int | float:
@@ -121,12 +183,8 @@ def _example_number(schema: dict[str, Any], *, integer: bool) -> int | float:
     >>> _example_number({"minimum": 2.5}, integer=True), _example_number({"maximum": -1}, integer=False)
     (3, -1)
     """
-    low, low_open = schema.get("minimum"), False
-    if "exclusiveMinimum" in schema:
-        low, low_open = schema["exclusiveMinimum"], True
-    high, high_open = schema.get("maximum"), False
-    if "exclusiveMaximum" in schema:
-        high, high_open = schema["exclusiveMaximum"], True
+    low, low_open = _bound(schema, "minimum", "exclusiveMinimum")
+    high, high_open = _bound(schema, "maximum", "exclusiveMaximum")
 
     def fits(v: float) -> bool:
         above = low is None or v > low or (v == low and not low_open)
@@ -148,10 +206,10 @@ def _example_number(schema: dict[str, Any], *, integer: bool) -> int | float:
 
 
 def _example_string(schema: dict[str, Any], name: str) -> str:
-    """The field's name (or "x"), repeated or cut to fit minLength and maxLength."""
+    """The field's name (or "x"), repeated or cut to fit minLength and maxLength (at most 256)."""
     text = name or "x"
-    min_len = int(schema.get("minLength", 0))
-    max_len = int(schema.get("maxLength", max(min_len, len(text))))
+    min_len = _count(schema.get("minLength"), 0, MAX_EXAMPLE_CHARS)
+    max_len = _count(schema.get("maxLength"), max(min_len, len(text)), MAX_EXAMPLE_CHARS)
     length = min(max(len(text), min_len), max_len)
     return (text * (length // len(text) + 1))[:length]
 
@@ -169,8 +227,13 @@ PASSAGE = (
     "new in each turn. "
 )
 LONG_WORDS = re.compile(r"\b(long|essay|at length|as long as)\b", re.IGNORECASE)
-TOKEN_TARGET = re.compile(r"(\d[\d,_]*)\s*(?:output\s+)?tokens?\b", re.IGNORECASE)
+# The lookbehind starts a number only at its first digit: without it, a long run of digits
+# is tried from every position, which is quadratic in its length.
+TOKEN_TARGET = re.compile(r"(?<![\d,_])(\d[\d,_]*)\s*(?:output\s+)?tokens?\b", re.IGNORECASE)
 DEFAULT_LONG_TOKENS = 2048
+# What the generic policy writes at most in one answer, whatever the client asks for
+# (``labkit serve --max-output-tokens``): the work before the first token stays bounded.
+DEFAULT_MAX_OUTPUT_TOKENS = 32_768
 
 
 def leading_sentences(max_chars: int) -> str:
@@ -245,6 +308,7 @@ class GenericPolicy:
     """Calls offered function tools up to ``max_tool_calls`` times a user turn, then answers."""
 
     max_tool_calls: int = 3
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS  # the longest answer it writes
 
     def act(self, ctx: TurnContext) -> list[Action]:
         call = self._choose_call(ctx)
@@ -269,12 +333,16 @@ class GenericPolicy:
 
     def _answer(self, ctx: TurnContext) -> str:
         asked = ctx.last_user_text()
+        cap = self.max_output_tokens
         target = TOKEN_TARGET.search(asked)
         if target:
-            return text_of_tokens(int(re.sub(r"[,_]", "", target.group(1))))
+            digits = re.sub(r"[,_]", "", target.group(1))
+            # A number of thousands of digits is just "more than the cap", never parsed whole.
+            return text_of_tokens(min(int(digits) if len(digits) <= 9 else cap, cap))
         if LONG_WORDS.search(asked):
             # Longer than any budget the request set, so it runs on until max_output_tokens stops it.
-            return text_of_tokens(max(DEFAULT_LONG_TOKENS, (ctx.max_output_tokens or 0) + 1))
+            wanted = max(DEFAULT_LONG_TOKENS, min(ctx.max_output_tokens or 0, cap) + 1)
+            return text_of_tokens(min(wanted, cap))
         results = [i for i in ctx.since_last_user() if i.get("type") == "function_call_output"]
         if results:
             return f"Done. I called {len(results)} tool(s) and read their results. " + leading_sentences(120)

@@ -13,6 +13,7 @@ Its tool, ``fetch``, returns ``tool_tokens`` tokens of text.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,16 @@ from labkit.engine.policies import text_of_tokens
 
 SYNTHETIC = "synthetic"
 SYNTHETIC_DEFAULTS = {"turns": 20, "output_tokens": 60, "tool_tokens": 1000, "instruction_tokens": 8000}
+# The largest value of each parameter: a scenario is built on the server from a name any
+# client can send, so its size must not be whatever number the name holds.
+SYNTHETIC_MAX = {
+    "turns": 1_000,
+    "output_tokens": 16_384,
+    "tool_tokens": 1_000_000,
+    "instruction_tokens": 262_144,
+}
+# A scenario file's name: no path separators, no dot first, short enough for any file system.
+SCENARIO_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 FETCH_TOOL = {
     "type": "function",
     "name": "fetch",
@@ -76,6 +87,9 @@ def synthetic(
         "tool_tokens": tool_tokens,
         "instruction_tokens": instruction_tokens,
     }
+    for key, value in params.items():
+        if value > SYNTHETIC_MAX[key]:
+            raise ValueError(f"synthetic scenarios take {key} up to {SYNTHETIC_MAX[key]}")
     # {"note": "..."} costs 6 tokens around the note.
     note = text_of_tokens(max(1, output_tokens - 6))
     steps: list[dict[str, Any]] = [{"call": {"name": "fetch", "arguments": {"note": note}}}] * (turns - 1)
@@ -98,8 +112,10 @@ def parse_synthetic(name: str) -> Scenario:
     params = dict(SYNTHETIC_DEFAULTS)
     for part in filter(None, spec.split(",")):
         key, _, value = part.partition("=")
-        if key not in params or not value.isdigit():
-            raise ScenarioNotFound(f"bad synthetic scenario parameter '{part}' (known: {', '.join(params)})")
+        # ASCII digits only, and few of them: int() of a thousand digits is an error, not a size.
+        if key not in params or not re.fullmatch(r"[0-9]{1,9}", value):
+            shown = part if len(part) <= 40 else part[:40] + "…"
+            raise ScenarioNotFound(f"bad synthetic scenario parameter '{shown}' (known: {', '.join(params)})")
         params[key] = int(value)
     return synthetic(**params)
 
@@ -108,8 +124,11 @@ def load_scenario(name: str, data_dir: Path) -> Scenario:
     """A scenario by name: a file in ``data_dir/scenarios``, or ``synthetic:...``."""
     if name == SYNTHETIC or name.startswith(f"{SYNTHETIC}:"):
         return parse_synthetic(name)
+    if not SCENARIO_NAME.fullmatch(name):
+        shown = name if len(name) <= 60 else name[:60] + "…"
+        raise ScenarioNotFound(f"Scenario '{shown}' not found.")
     path = data_dir / "scenarios" / f"{name}.json"
-    if "/" in name or not path.is_file():
+    if not path.is_file():
         raise ScenarioNotFound(f"Scenario '{name}' not found.")
     raw = json.loads(path.read_text())
     instructions = ""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
@@ -17,19 +18,30 @@ from starlette.routing import Route, WebSocketRoute
 from labkit.api.errors import APIError, server_error
 from labkit.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
 from labkit.engine.catalogue import load_catalogue
+from labkit.engine.policies import DEFAULT_MAX_OUTPUT_TOKENS, GenericPolicy
 from labkit.engine.tokenizer import encoding
 from labkit.paths import default_data_dir
 from labkit.server import http
-from labkit.server.auth import Keys
+from labkit.server.auth import KeyLimiter, Keys, RequestsPerKey
 from labkit.server.billing import Ledger
 from labkit.server.compact import compact_endpoint
 from labkit.server.database import Database
+from labkit.server.http import DEFAULT_MAX_BODY_BYTES
 from labkit.server.pipeline import Pipeline
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server.store import ResponseStore
-from labkit.server.websocket import DEFAULT_LIFETIME_S, websocket_endpoint
+from labkit.server.trace_stream import stream_traces
+from labkit.server.traces import TraceStore
+from labkit.server.websocket import (
+    DEFAULT_LIFETIME_S,
+    DEFAULT_MAX_QUEUED,
+    DEFAULT_MAX_QUEUED_BYTES,
+    websocket_endpoint,
+)
 
 DB_ENV = "LABKIT_DB"
+DEFAULT_MAX_FRAME_BYTES = 2 * 1024 * 1024
+DEFAULT_MAX_TRACES = 10_000
 
 
 def default_db() -> Path:
@@ -46,6 +58,15 @@ class ServerConfig:
     data_dir: Path = field(default_factory=default_data_dir)
     profile: str = DEFAULT_PROFILE
     design: str | None = None  # the default design for both transports; None: sprint / websocket
+    instructor_keys: list[str] = field(default_factory=list)  # may watch every key's traces
+    # Limits for a shared server (docs/protocol.md, "Limits"); None: no cap.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # enforced by uvicorn (ws_max_size); sizes the queue
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    max_queued_creates: int = DEFAULT_MAX_QUEUED
+    max_traces: int = DEFAULT_MAX_TRACES
+    max_connections_per_key: int | None = None
+    max_requests_per_key: int | None = None
 
 
 ROUTES = [
@@ -57,6 +78,7 @@ ROUTES = [
     Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),
     Route("/v1/models", http.list_models, methods=["GET"]),
     Route("/v1/labkit/traces", http.get_traces, methods=["GET"]),
+    Route("/v1/labkit/traces/stream", stream_traces, methods=["GET"]),
     Route("/healthz", http.health, methods=["GET"]),
 ]
 
@@ -84,12 +106,21 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             load_profile(config.profile, config.data_dir),
             ResponseStore(database),
             Ledger(database),
-            keys=Keys(config.api_keys),
+            # An instructor's key is a key too, where keys are required.
+            keys=Keys(config.api_keys + config.instructor_keys if config.api_keys else []),
             data_dir=config.data_dir,
+            traces=TraceStore(config.max_traces),
+            policy=GenericPolicy(max_output_tokens=config.max_output_tokens),
         )
         app.state.http_design = select_design(config.design, DEFAULT_HTTP)
         app.state.ws_design = select_design(config.design, DEFAULT_WEBSOCKET)
         app.state.ws_lifetime_s = config.ws_lifetime_s
+        app.state.max_body_bytes = config.max_body_bytes
+        app.state.max_queued_creates = config.max_queued_creates
+        # Queued frames may together hold two of the largest frames (and at least 16 MiB).
+        app.state.max_queued_bytes = max(2 * config.max_frame_bytes, DEFAULT_MAX_QUEUED_BYTES)
+        app.state.limits = KeyLimiter(config.max_connections_per_key, config.max_requests_per_key)
+        app.state.instructors = {Keys().owner(f"Bearer {key}") for key in config.instructor_keys}
         try:
             yield
         finally:
@@ -100,4 +131,5 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         routes=ROUTES,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _crash},
+        middleware=[Middleware(RequestsPerKey)],
     )

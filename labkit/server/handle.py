@@ -38,6 +38,9 @@ class LabkitServer:
 
         server = LabkitServer().start()      # in a notebook: start in one cell ...
         server.close()                       # ... and stop in the last one
+
+    ``workers=N`` runs ``labkit serve --workers N`` (see ``labkit.server.workers``);
+    ``processes()`` lists the server's process ids, workers included.
     """
 
     def __init__(
@@ -49,9 +52,11 @@ class LabkitServer:
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
         timeout: float = 30.0,
+        workers: int = 1,
     ) -> None:
         self.host = host
         self.port = port
+        self.workers = workers  # server processes on the port (``labkit serve --workers``)
         self._tmp: tempfile.TemporaryDirectory | None = None
         if db is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="labkit-")
@@ -80,6 +85,8 @@ class LabkitServer:
         atexit.register(self.close)
         cmd = [sys.executable, "-m", "labkit", "serve", "--host", self.host, "--port", str(self.port)]
         cmd += ["--db", str(self.db), *self.args]
+        if self.workers > 1:
+            cmd += ["--workers", str(self.workers)]
         env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
@@ -102,6 +109,15 @@ class LabkitServer:
             if match and not ready.is_set():
                 self.url = match.group(1)
                 ready.set()
+
+    def processes(self) -> list[int]:
+        """The server's process ids: ``labkit serve`` first, then its workers (with ``workers``).
+
+        Workers are found in /proc (Linux); elsewhere only the first id is known.
+        """
+        if self.process is None or self.process.poll() is not None:
+            return []
+        return [self.process.pid, *_children(self.process.pid)]
 
     def stop(self) -> None:
         """Ask the server to shut down (SIGTERM), then kill it if it has not within 10 s."""
@@ -136,3 +152,18 @@ class LabkitServer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _children(pid: int) -> list[int]:
+    """Ids of the live processes whose parent is ``pid``, from /proc (empty elsewhere)."""
+    if not Path("/proc/self/stat").exists():
+        return []
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()  # the name, in (), may hold spaces
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        if int(fields[1]) == pid and fields[0] != "Z":  # fields: state, parent id, ...
+            found.append(int(entry.parent.name))
+    return sorted(found)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from labkit.api.errors import APIError, as_api_error, invalid_request, response_not_found
+from labkit.api import safejson
+from labkit.api.errors import APIError, as_api_error, invalid_request, response_not_found, too_large
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.sse import frame
@@ -33,11 +33,32 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status)
 
 
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused with a 413 past the server's limit (``labkit serve --max-body-bytes``).
+
+    A declared ``content-length`` over the limit is refused before reading; a chunked body
+    is read only as far as the limit, so an oversized one never sits in memory.
+    """
+    limit: int = getattr(request.app.state, "max_body_bytes", DEFAULT_MAX_BODY_BYTES)
+    refusal = too_large(f"The request body is larger than this server's limit of {limit} bytes.")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and len(declared) < 20 and int(declared) > limit:
+        raise refusal
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise refusal
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def read_json(request: Request) -> Any:
-    try:
-        return json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise invalid_request(f"We could not parse the JSON body of your request: {exc}.") from None
+    """The body as JSON: bounded in size and depth, valid Unicode, no NaN (``labkit.api.safejson``)."""
+    return safejson.loads(await read_body(request))
 
 
 async def create_response(request: Request) -> Response:
@@ -73,26 +94,39 @@ async def _discard(event: Event) -> None:
 
 
 async def sse_stream(pipeline: Pipeline, turn: Turn) -> AsyncIterator[bytes]:
-    """Run the turn in a task and frame its events as they come; a disconnect cancels it."""
+    """Run the turn in a task and frame its events as they come; a disconnect cancels it.
+
+    A failure ends the stream with an error event numbered after the last event the turn
+    produced (queued, not only sent). An event that cannot be framed ends it the same way,
+    in its place, so the body is never cut short without a last, well-formed frame.
+    """
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
-    last_sequence = -1
+    produced = -1  # the sequence number of the last event the turn emitted
 
     async def emit(event: Event) -> None:
+        nonlocal produced
+        produced = event["sequence_number"]
         await queue.put(event)
 
     async def run() -> None:
         try:
             await respond(pipeline, turn, emit)
         except Exception as exc:
-            await queue.put(as_api_error(exc).sse_event(last_sequence + 1))
+            await queue.put(as_api_error(exc).sse_event(produced + 1))
         finally:
             await queue.put(None)
 
     task = asyncio.create_task(run())
     try:
         while (event := await queue.get()) is not None:
-            last_sequence = event["sequence_number"]
-            yield frame(event)
+            try:
+                data = frame(event)
+            except ValueError:  # not JSON (NaN): the safety net of labkit.api.safejson.dumps
+                task.cancel()
+                # It takes the unsent event's number: the client sees no gap and no repeat.
+                yield frame(as_api_error(ValueError()).sse_event(event["sequence_number"]))
+                return
+            yield data
     finally:
         if not task.done():
             task.cancel()
@@ -179,6 +213,10 @@ async def get_traces(request: Request) -> Response:
 
 
 async def list_models(request: Request) -> Response:
+    try:
+        owner_of(request)  # a server that requires keys requires them here too
+    except APIError as err:
+        return error_response(err)
     catalogue = pipeline_of(request).catalogue
     data = [{"id": name, "object": "model", "created": 0, "owned_by": "labkit"} for name in catalogue.names()]
     return JSONResponse({"object": "list", "data": data})

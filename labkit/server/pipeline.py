@@ -56,6 +56,7 @@ from labkit.server.routing import Router
 from labkit.server.safety import classifier_texts, scan
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.store import ResponseStore
+from labkit.server.trace_stream import TraceFeed
 from labkit.server.traces import Trace, TraceStore
 from labkit.server.turn import Turn
 
@@ -92,6 +93,7 @@ class Pipeline:
         self.connections = ConnectionTracker()
         self.scripts = ScriptLibrary(data_dir, policy or GenericPolicy())
         self.traces = traces or TraceStore()
+        self.feed = TraceFeed()  # subscribers to finished responses' traces
 
     @property
     def catalogue(self) -> Catalogue:

@@ -109,6 +109,23 @@ def known_profiles(data_dir: Path) -> list[str]:
     return sorted({p.stem for d in profile_dirs(data_dir) for p in d.glob("*.toml")})
 
 
+def profile_toml(profile: Profile) -> str:
+    """A profile written back as TOML that ``load_profile`` reads (for a server started with
+    settings chosen in code, such as a what-if).
+
+    >>> text = profile_toml(load_profile("local", builtin_data_dir()))
+    >>> text.splitlines()[:2]
+    ['[network]', 'rtt_ms = 0']
+    """
+    lines = []
+    for key in SECTIONS:
+        lines.append(f"[{key}]")
+        section = getattr(profile, key)
+        lines += [f"{f.name} = {getattr(section, f.name)!r}" for f in fields(section)]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def load_profile(name_or_path: str, data_dir: Path) -> Profile:
     """A profile by name (``data/profiles/NAME.toml``) or by path to a TOML file."""
     path = Path(name_or_path)

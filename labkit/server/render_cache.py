@@ -63,20 +63,27 @@ class RenderCache:
     """An LRU of rendered buffers, each stored under the key of the prefix it renders.
 
     Bounded by the tokens it holds (about 36 bytes each as Python ints), so a
-    server with many long conversations keeps its memory in check.
+    server with many long conversations keeps its memory in check, and by the
+    number of buffers, so many tiny conversations do not grow it by their overhead.
     """
 
-    def __init__(self, capacity_tokens: int = 4_000_000) -> None:
+    def __init__(self, capacity_tokens: int = 4_000_000, max_entries: int = 10_000) -> None:
         self.capacity_tokens = capacity_tokens
+        self.max_entries = max_entries
         self.tokens = 0
         self._buffers: OrderedDict[str, TokenBuffer] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._buffers)
 
     def put(self, key: str, buffer: TokenBuffer) -> None:
         old = self._buffers.pop(key, None)
         self.tokens -= len(old.ids) if old else 0
         self._buffers[key] = buffer.fork()
         self.tokens += len(buffer.ids)
-        while self.tokens > self.capacity_tokens and len(self._buffers) > 1:
+        while len(self._buffers) > 1 and (
+            self.tokens > self.capacity_tokens or len(self._buffers) > self.max_entries
+        ):
             _, evicted = self._buffers.popitem(last=False)
             self.tokens -= len(evicted.ids)
 

@@ -14,6 +14,7 @@ from labkit.api.events import ResponseEvents
 from labkit.api.responses import usage
 from labkit.api.stages import Stage
 from labkit.server.pipeline import Emit, Pipeline
+from labkit.server.trace_stream import trace_event
 from labkit.server.turn import Conversation, Turn
 
 
@@ -57,6 +58,8 @@ async def finish(
     await send(terminal)
     if overlapped:
         await pipeline.bill(turn, status)
+    spans = [span.to_json() for span in turn.trace.spans]
+    pipeline.feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))
     assert turn.buffer is not None and turn.model is not None and turn.replica is not None
     return Conversation(
         response=turn.response,

@@ -14,20 +14,27 @@ Lanes: a ``stream_id`` names a lane; responses on one lane run in order,
 lanes run concurrently. Without ``stream_id`` every create goes to the
 default lane, which makes the connection strictly sequential: a create that
 arrives while one is running waits its turn.
+
+A connection holds a bounded amount for its client: at most ``MAX_LANES`` lanes,
+``MAX_IN_FLIGHT`` responses running, and ``max_queued`` creates (and
+``max_queued_bytes`` of their frames) waiting; a create past those is answered with
+an error event (``websocket_queue_full``), never held. Whatever a frame holds, the
+worst it gets is an error event: the socket stays open and every lane keeps serving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from labkit.api.errors import APIError, as_api_error, invalid_request
+from labkit.api import safejson
+from labkit.api.errors import APIError, as_api_error, invalid_request, rate_limited, server_error
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.api.requests import parse_item
@@ -35,6 +42,7 @@ from labkit.api.sse import encode_event
 from labkit.designs import Design, select_design
 from labkit.engine.inference import Replica
 from labkit.server.appended import respond_appended
+from labkit.server.auth import KeyLimiter
 from labkit.server.pipeline import Pipeline
 from labkit.server.responder import prepare, respond
 from labkit.server.traces import Span, Trace
@@ -44,12 +52,16 @@ STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 MAX_LANES = 32
 MAX_IN_FLIGHT = 16
 DEFAULT_LIFETIME_S = 60 * 60
+DEFAULT_MAX_QUEUED = 16  # creates waiting on one connection (``labkit serve --max-queued-creates``)
+DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024  # ... and the frames they came in, together
 
 
 @dataclass
 class Lane:
     stream_id: str | None
-    queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+    # Each create: its body, its frame's size, and whether it waits behind another on this lane.
+    queue: asyncio.Queue[tuple[dict[str, Any], int, bool]] = field(default_factory=asyncio.Queue)
+    busy: bool = False  # a response of this lane is running (or waiting for a slot)
     appends: asyncio.Queue[list[Any]] = field(default_factory=asyncio.Queue)
     in_rollout: bool = False  # an appended rollout is running and takes response.append
     rollout_id: str | None = None  # ... the id of that rollout's response
@@ -66,6 +78,10 @@ class WebSocketSession:
         design: Design,
         lifetime_s: float,
         setup: list[Span] | None = None,
+        *,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+        limits: KeyLimiter | None = None,
     ) -> None:
         self.ws = ws
         self.pipeline = pipeline
@@ -77,6 +93,11 @@ class WebSocketSession:
         self.lanes: dict[str | None, Lane] = {}
         self._send_lock = asyncio.Lock()
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.max_queued = max_queued
+        self.max_queued_bytes = max_queued_bytes
+        self.queued = 0  # creates waiting behind another on their lane
+        self.queued_bytes = 0  # the frames of every create not started yet
+        self.limits = limits or KeyLimiter()
 
     async def run(self) -> None:
         expiry = asyncio.create_task(self._expire())
@@ -85,10 +106,18 @@ class WebSocketSession:
                 message = await self.ws.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                text = message.get("text")
-                if text is None and message.get("bytes") is not None:
-                    text = message["bytes"].decode("utf-8", errors="replace")
-                await self.dispatch(text or "")
+                frame = message.get("text")
+                if frame is None:
+                    frame = message.get("bytes") or b""  # decoded (strictly) by safejson.loads
+                try:
+                    await self.dispatch(frame)
+                except WebSocketDisconnect:
+                    raise
+                except Exception:
+                    if self.ws.application_state != WebSocketState.CONNECTED:
+                        raise
+                    # A bug, not the client's: answer the frame and keep the socket open.
+                    await self.send(server_error().ws_event())
         except (WebSocketDisconnect, RuntimeError):
             pass
         finally:
@@ -115,12 +144,12 @@ class WebSocketSession:
             if self.ws.application_state == WebSocketState.CONNECTED:
                 await self.ws.send_text(encode_event(event))
 
-    async def dispatch(self, text: str) -> None:
+    async def dispatch(self, frame: str | bytes) -> None:
         """Route one client frame; a bad frame gets an error event, never a closed socket."""
         try:
-            payload = json.loads(text)
-        except json.JSONDecodeError as exc:
-            err = invalid_request(f"Invalid JSON in WebSocket frame: {exc}.", code="invalid_json")
+            payload = safejson.loads(frame, what="the WebSocket frame")
+        except APIError as err:
+            err.code = err.code or "invalid_json"
             await self.send(err.ws_event())
             return
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
@@ -133,8 +162,21 @@ class WebSocketSession:
         try:
             if kind == "response.create":
                 lane = self.lane(payload.get("stream_id"))
+                size = len(frame)
+                behind = lane.busy or not lane.queue.empty()  # an idle lane starts it at once
+                if (behind and self.queued >= self.max_queued) or (
+                    self.queued_bytes + size > self.max_queued_bytes
+                ):
+                    full = rate_limited(
+                        f"Too many responses waiting on this connection (at most {self.max_queued}, "
+                        f"{self.max_queued_bytes} bytes). Wait for one to finish, or use another stream.",
+                        code="websocket_queue_full",
+                    )
+                    await self.send(full.ws_event(), lane.stream_id)  # the lane's: it names the create
+                    return
                 body = {k: v for k, v in payload.items() if k not in ("type", "stream_id", "stream")}
-                await lane.queue.put(body)
+                self.queued, self.queued_bytes = self.queued + behind, self.queued_bytes + size
+                lane.queue.put_nowait((body, size, behind))
             elif kind == "response.append" and self.design.appended:
                 await self.append(payload)
             else:
@@ -158,7 +200,12 @@ class WebSocketSession:
             raise invalid_request("'input' of response.append must be a list of items.", param="input")
         for i, item in enumerate(items):
             parse_item(item, f"input[{i}]")  # refuse bad items now; the rollout keeps waiting
-        await lane.appends.put(items)
+        if lane.appends.qsize() >= self.max_queued:  # appends sent ahead are kept, up to a point
+            raise rate_limited(
+                f"Too many appends waiting on this stream (at most {self.max_queued}).",
+                code="websocket_queue_full",
+            )
+        lane.appends.put_nowait(items)
 
     def lane(self, stream_id: Any) -> Lane:
         if stream_id is not None and not (isinstance(stream_id, str) and STREAM_ID.fullmatch(stream_id)):
@@ -182,12 +229,36 @@ class WebSocketSession:
 
     async def _work(self, lane: Lane) -> None:
         while True:
-            body = await lane.queue.get()
-            async with self._in_flight:
-                await self.respond(lane, body)
+            body, size, behind = await lane.queue.get()
+            lane.busy, self.queued = True, self.queued - behind
+            try:
+                async with self._in_flight:
+                    self.queued_bytes -= size
+                    size = 0
+                    await self.respond(lane, body)
+            except (WebSocketDisconnect, asyncio.CancelledError):
+                raise
+            except Exception:  # the lane must outlive any one response, or it is stuck for good
+                with contextlib.suppress(Exception):
+                    await self.send(server_error().ws_event(), lane.stream_id)
+            finally:
+                self.queued_bytes -= size
+                lane.busy = False
 
     async def respond(self, lane: Lane, body: dict[str, Any]) -> None:
         """Run one response on a lane, using and then replacing the lane's cached conversation."""
+        try:
+            hold = self.limits.request(self.owner)
+            hold.__enter__()
+        except APIError as err:  # past the key's cap: refused before it starts, the cache kept
+            await self.send(err.ws_event(), lane.stream_id)
+            return
+        try:
+            await self._respond(lane, body)
+        finally:
+            hold.__exit__(None, None, None)
+
+    async def _respond(self, lane: Lane, body: dict[str, Any]) -> None:
         previous = body.get("previous_response_id")
 
         async def emit(event: Event) -> None:
@@ -223,10 +294,24 @@ class WebSocketSession:
                 lane.appends.get_nowait()
 
 
+async def deny(ws: WebSocket, err: APIError) -> None:
+    """Refuse an upgrade with an HTTP answer in the API's error shape (401, 400, 429).
+
+    Sent before the handshake completes (the ASGI ``websocket.http.response`` extension,
+    which uvicorn supports), so a client's handshake fails with that status and body. A
+    server without the extension can only close: the client then sees a bare 403.
+    """
+    try:
+        await ws.send_denial_response(JSONResponse(err.body(), status_code=err.status))
+    except RuntimeError:
+        await ws.close(code=1008)
+
+
 async def websocket_endpoint(ws: WebSocket) -> None:
     """The upgrade: a new connection (handshakes), one auth check, then the session."""
     state = ws.app.state
     pipeline: Pipeline = state.pipeline
+    limits: KeyLimiter = getattr(state, "limits", None) or KeyLimiter()
     trace = Trace()
     await pipeline.connect(trace, None, new=True)
     await pipeline.upgrade(trace)
@@ -235,8 +320,28 @@ async def websocket_endpoint(ws: WebSocket) -> None:
         # A query string decodes "+" as a space, and a design spec has no spaces: read them back.
         query = (ws.query_params.get(DESIGN_QUERY) or "").replace(" ", "+")
         design = select_design(ws.headers.get(DESIGN_HEADER) or query, state.ws_design)
-    except APIError:
-        await ws.close(code=1008)  # refused before the upgrade completes: HTTP 403
+        hold = limits.connection(owner)
+        hold.__enter__()  # past the key's cap of open connections: a 429
+    except APIError as err:
+        await deny(ws, err)
         return
-    await ws.accept()
-    await WebSocketSession(ws, pipeline, owner, design, state.ws_lifetime_s, trace.spans).run()
+    try:
+        await ws.accept()
+        session = WebSocketSession(
+            ws,
+            pipeline,
+            owner,
+            design,
+            state.ws_lifetime_s,
+            trace.spans,
+            max_queued=getattr(state, "max_queued_creates", DEFAULT_MAX_QUEUED),
+            max_queued_bytes=getattr(state, "max_queued_bytes", DEFAULT_MAX_QUEUED_BYTES),
+            limits=limits,
+        )
+        try:
+            await session.run()
+        except Exception:  # never drop the TCP connection without a close frame
+            with contextlib.suppress(Exception):
+                await ws.close(code=1011)
+    finally:
+        hold.__exit__(None, None, None)

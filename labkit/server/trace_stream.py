@@ -1,0 +1,128 @@
+"""labkit extension: ``GET /v1/labkit/traces/stream``, every finished response's spans as they happen.
+
+A subscriber gets one server-sent event per response its key made, the moment
+the response finishes, whoever sent it: a notebook, an SDK, an agent in a
+terminal. An instructor's key (``labkit serve --instructor-key``) sees every
+key's responses, each marked with a short label of its key, never the key.
+
+    event: trace
+    data: {"type": "trace", "response_id": "resp_…", "design": "websocket", "model": "labkit-spark",
+           "status": "completed", "spans": [{"stage": "uplink", "start": …, "end": …, …}, …]}
+
+A subscriber that reads too slowly loses its oldest events, not the server's
+memory (each queue holds ``QUEUE_SIZE`` events), and a comment line every
+``HEARTBEAT_S`` keeps idle connections open through proxies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from labkit.api.errors import APIError
+from labkit.api.sse import frame
+
+INSTRUCTORS_ENV = "LABKIT_INSTRUCTOR_KEYS"
+QUEUE_SIZE = 256
+HEARTBEAT_S = 10.0
+
+
+def instructor_keys_from_env() -> list[str]:
+    """``LABKIT_INSTRUCTOR_KEYS=key1,key2``: keys that may watch every key's traces."""
+    return [k.strip() for k in os.environ.get(INSTRUCTORS_ENV, "").split(",") if k.strip()]
+
+
+def owner_label(owner: str) -> str:
+    """A short, stable name for a key's traffic that does not reveal the key.
+
+    >>> owner_label("key_0123") == owner_label("key_0123") != owner_label("key_4567")
+    True
+    """
+    return "learner-" + hashlib.sha256(owner.encode()).hexdigest()[:6]
+
+
+@dataclass(eq=False)  # each subscription is its own: compared and hashed by identity
+class Subscriber:
+    owner: str
+    sees_everyone: bool
+    queue: asyncio.Queue[dict[str, Any]] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
+    dropped: int = 0
+
+    def offer(self, event: dict[str, Any]) -> None:
+        if self.queue.full():  # a slow reader loses its oldest event, not the server's memory
+            self.queue.get_nowait()
+            self.dropped += 1
+        self.queue.put_nowait(event)
+
+
+class TraceFeed:
+    """The subscribers of one server process, and what each may see."""
+
+    def __init__(self) -> None:
+        self.subscribers: set[Subscriber] = set()
+
+    def subscribe(self, owner: str, *, sees_everyone: bool = False) -> Subscriber:
+        subscriber = Subscriber(owner, sees_everyone)
+        self.subscribers.add(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.discard(subscriber)
+
+    def publish(self, owner: str, trace: dict[str, Any]) -> None:
+        """Hand a finished response's trace to every subscriber allowed to see it."""
+        for subscriber in list(self.subscribers):
+            if subscriber.owner == owner:
+                subscriber.offer(trace)
+            elif subscriber.sees_everyone:
+                subscriber.offer({**trace, "owner": owner_label(owner)})
+
+
+async def stream_traces(request: Request) -> Response:
+    """``GET /v1/labkit/traces/stream``: this key's traces (an instructor: everyone's), as SSE."""
+    pipeline = request.app.state.pipeline
+    try:
+        owner = pipeline.keys.owner(request.headers.get("authorization"))
+    except APIError as err:
+        return JSONResponse(err.body(), status_code=err.status)
+    subscriber = pipeline.feed.subscribe(owner, sees_everyone=owner in request.app.state.instructors)
+    return StreamingResponse(
+        _events(pipeline.feed, subscriber),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
+
+
+async def _events(feed: TraceFeed, subscriber: Subscriber) -> AsyncIterator[bytes]:
+    try:
+        yield b": subscribed\n\n"  # lets the client know the subscription is live
+        while True:
+            try:
+                event = await asyncio.wait_for(subscriber.queue.get(), HEARTBEAT_S)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            yield frame(event)
+    finally:
+        with contextlib.suppress(Exception):
+            feed.unsubscribe(subscriber)
+
+
+def trace_event(response: dict[str, Any], design: str, spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a subscriber receives for one finished response."""
+    return {
+        "type": "trace",
+        "response_id": response["id"],
+        "design": design,
+        "model": response.get("model"),
+        "status": response.get("status"),
+        "spans": spans,
+    }

@@ -1,0 +1,246 @@
+"""Resources a room of clients cannot grow without bound: every cache and queue has a cap, and
+filling it past the cap evicts or refuses instead of growing. Plus the limits on what the
+simulated model builds, the per-key caps over HTTP, and ``labkit serve`` refusing to serve a
+network without keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from test_hardening_http import KEY_A, KEY_B, assert_api_error, bearer
+
+from labkit.api.safejson import MAX_DEPTH, nesting_depth
+from labkit.engine.policies import (
+    MAX_EXAMPLE_CHARS,
+    MAX_EXAMPLE_ITEMS,
+    GenericPolicy,
+    TurnContext,
+    example_value,
+)
+from labkit.engine.prefix_cache import PrefixCache
+from labkit.engine.render import TokenBuffer
+from labkit.engine.tokenizer import encode_text
+from labkit.paths import default_data_dir
+from labkit.scenarios import SYNTHETIC_MAX, ScenarioNotFound, load_scenario
+from labkit.server.auth import KeyLimiter, Keys
+from labkit.server.handle import LabkitServer
+from labkit.server.network import MAX_REMEMBERED, ConnectionTracker
+from labkit.server.render_cache import RenderCache, prefix_keys
+from labkit.server.scripts import ScriptLibrary
+from labkit.server.traces import Trace, TraceStore
+
+# ---------------------------------------------------------------- caches: filled past their caps
+
+
+def test_scenario_cache_evicts_past_its_cap() -> None:
+    library = ScriptLibrary(default_data_dir(), GenericPolicy(), capacity=4)
+    for turns in range(1, 11):
+        library.policy_for({"labkit_scenario": f"synthetic:turns={turns},output_tokens=4"})
+    assert len(library) == 4
+    # The most recent names are the ones kept, and a kept one is served from the cache.
+    kept = library.policy_for({"labkit_scenario": "synthetic:turns=10,output_tokens=4"})
+    assert library.policy_for({"labkit_scenario": "synthetic:turns=10,output_tokens=4"}) is kept
+
+
+def test_trace_store_keeps_its_capacity() -> None:
+    traces = TraceStore(capacity=5)
+    for i in range(50):
+        traces.put("owner", f"resp_{i}", Trace())
+    assert traces.get("owner", "resp_0") is None and traces.get("owner", "resp_49") is not None
+    assert sum(traces.get("owner", f"resp_{i}") is not None for i in range(50)) == 5
+
+
+def test_render_cache_is_bounded_by_entries_and_tokens() -> None:
+    cache = RenderCache(capacity_tokens=10_000_000, max_entries=8)
+    for i in range(40):
+        items = [{"type": "message", "role": "user", "content": f"hi {i}"}]
+        buffer = TokenBuffer.start(None, [])
+        buffer.append(items)
+        cache.put(prefix_keys(buffer.key, items)[-1], buffer)
+    assert len(cache) == 8
+    small = RenderCache(capacity_tokens=50, max_entries=1_000)
+    for i in range(40):
+        items = [{"type": "message", "role": "user", "content": f"a longer message, number {i}"}]
+        buffer = TokenBuffer.start(None, [])
+        buffer.append(items)
+        small.put(prefix_keys(buffer.key, items)[-1], buffer)
+    assert len(small) < 40 and (small.tokens <= 50 or len(small) == 1)  # one buffer is always kept
+
+
+def test_prefix_cache_evicts_past_its_capacity() -> None:
+    cache = PrefixCache(block_size=16, capacity_tokens=16 * 10)
+    for i in range(100):
+        cache.insert(encode_text(f"conversation number {i} " * 20))
+    assert len(cache) <= 10 and cache.stats.evicted_blocks > 0
+
+
+def test_connection_tracker_is_bounded() -> None:
+    tracker = ConnectionTracker()
+    for port in range(MAX_REMEMBERED + 100):
+        tracker.is_new(("10.0.0.1", port))
+    assert len(tracker._seen) == MAX_REMEMBERED
+
+
+def test_key_limiter_releases_and_forgets() -> None:
+    limits = KeyLimiter(max_connections=2, max_requests=None)
+    with limits.connection("a"), limits.connection("a"):
+        with pytest.raises(Exception) as refused, limits.connection("a"):
+            pass
+        assert getattr(refused.value, "status", None) == 429
+        with limits.connection("b"):
+            pass
+    assert not limits.connections  # nothing is kept for keys with nothing open
+    with limits.request("a"), limits.request("a"):  # no cap on requests
+        pass
+
+
+# ---------------------------------------------------------------- what the model builds
+
+
+def test_example_values_stay_small_whatever_the_schema_says() -> None:
+    nested: dict = {"type": "string", "minLength": 10**9}
+    for _ in range(40):
+        nested = {"type": "array", "minItems": 1e30, "items": nested}
+    value = example_value(nested)
+    assert len(json.dumps(value)) < 200_000
+    assert len(example_value({"type": "array", "minItems": 10**40})) == MAX_EXAMPLE_ITEMS
+    assert len(example_value({"type": "string", "minLength": 10**40}, "x")) == MAX_EXAMPLE_CHARS
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": [1]},
+        {"type": "array", "minItems": "many", "items": 3},
+        {"anyOf": {"type": "string"}},
+        {"allOf": [1, {"type": "integer", "minimum": "x"}]},
+        {"enum": 5},
+        {"type": ["null"]},
+        {"type": "integer", "minimum": float("nan"), "maximum": float("inf")},
+        {"type": "string", "minLength": -5, "maxLength": True},
+    ],
+)
+def test_example_value_never_fails_on_a_malformed_schema(schema: dict) -> None:
+    json.dumps(example_value(schema), allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    "ask",
+    ["Write 50000000 tokens.", "Write " + "9" * 5000 + " tokens.", "Write 1,000,000 tokens."],
+)
+def test_the_generic_policy_never_writes_past_its_cap(ask: str) -> None:
+    policy = GenericPolicy(max_output_tokens=100)
+    [say] = policy.act(TurnContext(items=[{"type": "message", "role": "user", "content": ask}]))
+    assert len(encode_text(say.text)) == 100
+
+
+def test_a_long_answer_with_a_huge_budget_stops_at_the_cap() -> None:
+    policy = GenericPolicy(max_output_tokens=100)
+    items = [{"type": "message", "role": "user", "content": "Write a long essay."}]
+    [say] = policy.act(TurnContext(items=items, max_output_tokens=10**15))
+    assert len(encode_text(say.text)) == 100
+
+
+def test_synthetic_scenarios_are_bounded() -> None:
+    data = default_data_dir()
+    for key, most in SYNTHETIC_MAX.items():
+        with pytest.raises(ValueError):
+            load_scenario(f"synthetic:{key}={most + 1}", data)
+    for name in ("synthetic:turns=" + "9" * 50, "synthetic:turns=٣", "x" * 200, "a/b", ".hidden"):
+        with pytest.raises(ScenarioNotFound):
+            load_scenario(name, data)
+
+
+def test_depth_scan_ignores_brackets_inside_strings() -> None:
+    assert nesting_depth('{"a": "[[[[[[", "b": ["]]]]", {"c": "\\"[["}]}') == 3
+    assert nesting_depth("[" * (MAX_DEPTH + 1)) == MAX_DEPTH + 1
+
+
+def test_keys_compare_every_key_and_refuse_non_ascii() -> None:
+    keys = Keys(["sk-a", "sk-b"])
+    assert keys.owner("Bearer sk-b") == Keys().owner("Bearer sk-b")
+    for header in ("Bearer sk-\u00e9", "Bearer sk-a\x00", "Bearer \udcff"):
+        with pytest.raises(Exception) as refused:
+            keys.owner(header)
+        assert getattr(refused.value, "status", None) == 401
+
+
+# ---------------------------------------------------------------- per-key caps over HTTP
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time() -> Iterator[LabkitServer]:
+    args = ["--profile", "local", "--api-key", KEY_A, "--api-key", KEY_B]
+    args += ["--max-requests-per-key", "1", "--max-connections-per-key", "1"]
+    with LabkitServer(args=args) as srv:
+        yield srv
+
+
+def test_requests_in_flight_per_key_are_capped(one_at_a_time: LabkitServer) -> None:
+    base = one_at_a_time.base_url
+    slow = {"model": "labkit-classic", "input": "Write 60 tokens.", "stream": True, "store": False}
+    with httpx.stream("POST", f"{base}/responses", json=slow, headers=bearer(KEY_A), timeout=30) as reply:
+        lines = reply.iter_lines()
+        assert next(lines) == "event: response.created"  # the stream is open: one request in flight
+        refused = httpx.get(f"{base}/models", headers=bearer(KEY_A), timeout=30)
+        error = assert_api_error(refused, 429)
+        assert error["type"] == "rate_limit_error"
+        assert httpx.get(f"{base}/models", headers=bearer(KEY_B), timeout=30).status_code == 200
+        assert httpx.get(f"{base.removesuffix('/v1')}/healthz", timeout=30).status_code == 200
+        for _ in lines:
+            pass  # read to the end: the request is over
+    for _ in range(100):  # the server lets go once it has sent the last byte
+        if httpx.get(f"{base}/models", headers=bearer(KEY_A), timeout=30).status_code == 200:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the key's request slot was never released")
+
+
+def test_a_trace_subscription_counts_as_a_connection_not_a_request(one_at_a_time: LabkitServer) -> None:
+    base = one_at_a_time.base_url
+    url = f"{base}/labkit/traces/stream"
+    with httpx.stream("GET", url, headers=bearer(KEY_B), timeout=30) as watching:
+        assert watching.status_code == 200
+        # The subscription stays open, yet the key's requests are served ...
+        assert httpx.get(f"{base}/models", headers=bearer(KEY_B), timeout=30).status_code == 200
+        # ... and a second subscription is over the key's connections.
+        with httpx.stream("GET", url, headers=bearer(KEY_B), timeout=30) as second:
+            assert second.status_code == 429
+
+
+# ---------------------------------------------------------------- serving a room needs keys
+
+
+def labkit_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "LABKIT_API_KEYS"}
+    return subprocess.run(
+        [sys.executable, "-m", "labkit", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**environ, **(env or {})},
+    )
+
+
+def test_serving_a_network_without_keys_is_refused(tmp_path: Path) -> None:
+    """Refused before anything is bound: nothing listens, even for a moment."""
+    result = labkit_serve("--host", "0.0.0.0", "--port", "0", "--db", str(tmp_path / "r.sqlite3"))
+    assert result.returncode != 0
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "--allow-no-keys" in lines[0] and "--api-key" in lines[0] and "0.0.0.0" in lines[0]
+
+
+def test_a_non_ascii_key_is_refused_at_start(tmp_path: Path) -> None:
+    result = labkit_serve("--api-key", "sk-\u00e9", "--port", "0", "--db", str(tmp_path / "r.sqlite3"))
+    assert result.returncode != 0 and len(result.stderr.splitlines()) == 1
+    assert "printable ASCII" in result.stderr

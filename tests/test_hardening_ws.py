@@ -1,0 +1,284 @@
+"""A room of buggy clients over WebSocket mode: every bad frame gets the nested error event and the
+socket stays open, with every lane still serving; a frame the server cannot use at all closes the
+socket cleanly with the standard code (docs/protocol.md §3.6, "Limits").
+
+Raw ``websockets`` clients, frame by frame; ordering is read off the frames, never the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from test_hardening_http import KEY_A, KEY_B, LEAK, MAX_BODY, ROOM_ARGS, bearer, strict_json
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from labkit.server.handle import LabkitServer
+
+MODEL = "labkit-spark"
+SLOW = "labkit-classic"  # 65 tokens/s: a response that is surely still running a moment later
+RECV_TIMEOUT = 30.0  # a safety net against a hung test, not a measurement
+TERMINAL = {"response.completed", "response.incomplete"}
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+@pytest.fixture(scope="module")
+def room() -> Iterator[LabkitServer]:
+    with LabkitServer(args=ROOM_ARGS) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def capped() -> Iterator[LabkitServer]:
+    """Per-key caps: one open connection and one request in flight per key."""
+    args = ["--profile", "local", "--api-key", KEY_A, "--api-key", KEY_B]
+    args += ["--max-connections-per-key", "1", "--max-requests-per-key", "1"]
+    with LabkitServer(args=args) as srv:
+        yield srv
+
+
+@contextmanager
+def socket(server: LabkitServer, key: str = KEY_A) -> Iterator[ClientConnection]:
+    with connect(server.ws_url, additional_headers=bearer(key), max_size=None) as ws:
+        yield ws
+
+
+def recv(ws: ClientConnection) -> dict[str, Any]:
+    raw = ws.recv(timeout=RECV_TIMEOUT)
+    assert isinstance(raw, str)
+    event = strict_json(raw)
+    assert isinstance(event, dict) and isinstance(event.get("type"), str), raw
+    return event
+
+
+def assert_error_event(event: dict[str, Any], status: int = 400) -> dict[str, Any]:
+    """The nested WS error shape, with a message that leaks nothing of the server."""
+    assert event["type"] == "error", event
+    assert event["status"] == status, event
+    assert set(event["error"]) == ERROR_KEYS
+    assert isinstance(event["error"]["code"], str)
+    assert not LEAK.search(event["error"]["message"]), event
+    return event["error"]
+
+
+def create(ws: ClientConnection, **body: Any) -> None:
+    ws.send(json.dumps({"type": "response.create", **body}))
+
+
+def answer(ws: ClientConnection) -> dict[str, Any]:
+    """Events up to the first terminal or error event; that event."""
+    while True:
+        event = recv(ws)
+        if event["type"] in TERMINAL or event["type"] == "error":
+            return event
+
+
+def still_serving(ws: ClientConnection, stream_id: str | None = None) -> None:
+    """The connection's default lane (or a named one) answers a create with a whole response."""
+    extra = {"stream_id": stream_id} if stream_id else {}
+    create(ws, model=MODEL, input="Still there?", store=False, **extra)
+    event = answer(ws)
+    assert event["type"] == "response.completed", event
+
+
+# ---------------------------------------------------------------- frames the server can answer
+
+BAD_FRAMES = [
+    pytest.param(
+        '{"type": "response.create", "model": "labkit-spark", "input": "\\ud800"}', "input", id="input"
+    ),
+    pytest.param('{"type": "response.create", "model": "\\ud800", "input": "hi"}', "model", id="model"),
+    pytest.param('{"type": "\\ud800"}', "type", id="type"),
+    pytest.param(
+        '{"type": "response.create", "stream_id": "\\udc00", "model": "m"}', "stream_id", id="stream-id"
+    ),
+    pytest.param(
+        '{"type": "response.create", "model": "labkit-spark", "input": "hi", "temperature": NaN}', None
+    ),
+    pytest.param(
+        '{"type": "response.create", "model": "labkit-spark", "input": Infinity}', None, id="infinity"
+    ),
+    pytest.param('{"type": "response.create", "model": "labkit-spark", "x": 1e999}', None, id="overflow"),
+    pytest.param("[" * 10_000 + "]" * 10_000, None, id="deep-10000"),
+    pytest.param('{"type": "response.create", "metadata": ' + "{}" * 1 + "}", None, id="no-model"),
+    pytest.param('{"type": "response.create", "n": ' + "1" * 5000 + "}", None, id="digits"),
+    pytest.param(
+        '{"type": "response.create", "model": "labkit-spark", "input": "hi", "tools": '
+        '[{"type": "function", "name": "f", "parameters": {"type": "object", "required": 1}}]}',
+        "tools[0].parameters.required",
+        id="bad-schema",
+    ),
+    pytest.param(
+        '{"type": "response.create", "model": "labkit-spark", "input": "hi", '
+        '"metadata": {"labkit_scenario": "synthetic:turns=' + "9" * 500 + '"}}',
+        "metadata.labkit_scenario",
+        id="scenario",
+    ),
+]
+
+
+@pytest.mark.parametrize(("frame", "param"), BAD_FRAMES)
+@pytest.mark.parametrize("lane", [None, "side"])
+def test_a_bad_frame_gets_an_error_event_and_every_lane_keeps_serving(
+    room: LabkitServer, frame: str, param: str | None, lane: str | None
+) -> None:
+    if lane is not None and frame.startswith('{"type": "response.create"'):
+        frame = '{"stream_id": "side", ' + frame[1:]
+    with socket(room) as ws:
+        ws.send(frame)
+        error = assert_error_event(answer(ws))
+        if param is not None:
+            assert error["param"] == param
+        still_serving(ws)
+        still_serving(ws, "side")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"\xff\xfe{}", id="not-utf8"),
+        pytest.param(
+            b'{"type": "response.create", "model": "labkit-spark", "input": "\xed\xa0\x80"}', id="cesu"
+        ),
+        pytest.param(b'{"type": "response.create", "model": "labkit-spark", "input": NaN}', id="nan"),
+    ],
+)
+def test_a_bad_binary_frame_gets_an_error_event(room: LabkitServer, raw: bytes) -> None:
+    with socket(room) as ws:
+        ws.send(raw)
+        assert_error_event(answer(ws))
+        still_serving(ws)
+
+
+def test_many_bad_frames_in_a_row_never_stick_the_default_lane(room: LabkitServer) -> None:
+    """The old failure: an error with an unencodable message killed the lane's worker for good."""
+    with socket(room) as ws:
+        for i in range(30):  # one at a time: each waits on the lane, within --max-queued-creates
+            model = "\\ud800" if i % 3 == 0 else "no-such-model-\\u00e9"
+            ws.send('{"type": "response.create", "input": "hi", "model": "' + model + '"}')
+            assert_error_event(answer(ws))
+        still_serving(ws)
+
+
+def test_nan_is_never_emitted(room: LabkitServer) -> None:
+    with socket(room) as ws:
+        create(ws, model=MODEL, input="hi", store=False, temperature=0.7, top_p=1, reasoning={"x": 1e300})
+        while recv(ws)["type"] not in TERMINAL:
+            pass  # recv parses every frame strictly
+
+
+# ---------------------------------------------------------------- frames it cannot use
+
+
+def test_a_frame_over_the_limit_closes_with_1009(room: LabkitServer) -> None:
+    with socket(room) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x" * MAX_BODY}))
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=RECV_TIMEOUT)
+        assert ws.close_code == 1009
+    with socket(room) as ws:  # the server itself is unharmed
+        still_serving(ws)
+
+
+def test_a_text_frame_that_is_not_utf8_closes_with_1007(room: LabkitServer) -> None:
+    with socket(room) as ws:
+        ws.send(b'{"type": "\xff"}', text=True)  # bytes sent as a text frame, unchecked
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=RECV_TIMEOUT)
+        assert ws.close_code == 1007
+    with socket(room) as ws:
+        still_serving(ws)
+
+
+# ---------------------------------------------------------------- the queue of one connection
+
+
+def test_queued_creates_past_the_cap_are_refused_and_the_rest_run(room: LabkitServer) -> None:
+    """--max-queued-creates 2: one running, two waiting, the next two refused at once."""
+    with socket(room) as ws:
+        create(ws, model=SLOW, input="Write 60 tokens.", store=False)
+        assert recv(ws)["type"] == "response.created"  # running: the next creates wait behind it
+        for i in range(4):
+            create(ws, model=MODEL, input=f"warm {i}", store=False, generate=False)
+        refused, finished = [], []
+        while len(finished) < 3:
+            event = recv(ws)
+            if event["type"] == "error":
+                refused.append(assert_error_event(event, 429))
+            elif event["type"] in TERMINAL:
+                finished.append(event)
+        assert [(e["type"], e["code"]) for e in refused] == [("rate_limit_error", "websocket_queue_full")] * 2
+        assert [len(e["response"]["output"]) for e in finished] == [1, 0, 0]
+        still_serving(ws)
+
+
+# ---------------------------------------------------------------- the upgrade
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({}, id="no-key"),
+        pytest.param(bearer("sk-wrong"), id="wrong-key"),
+        pytest.param({"Authorization": "Bearer sk-room-\u00e9"}, id="non-ascii"),
+    ],
+)
+def test_a_refused_upgrade_is_a_401_in_the_error_shape(room: LabkitServer, headers: dict[str, str]) -> None:
+    with pytest.raises(InvalidStatus) as refused, connect(room.ws_url, additional_headers=headers):
+        pass
+    reply = refused.value.response
+    assert reply.status_code == 401
+    error = json.loads(reply.body)["error"]
+    assert set(error) == ERROR_KEYS and error["type"] == "authentication_error"
+
+
+def test_open_connections_per_key_are_capped(capped: LabkitServer) -> None:
+    with socket(capped, KEY_A) as first:
+        with pytest.raises(InvalidStatus) as refused, socket(capped, KEY_A):
+            pass
+        assert refused.value.response.status_code == 429
+        assert json.loads(refused.value.response.body)["error"]["type"] == "rate_limit_error"
+        with socket(capped, KEY_B) as other:  # another key is not held back
+            still_serving(other)
+        still_serving(first)
+
+
+@contextmanager
+def socket_when_free(server: LabkitServer, key: str) -> Iterator[ClientConnection]:
+    """A connection for a key whose previous one the server may not have let go of yet."""
+    for _ in range(100):
+        try:
+            ws = connect(server.ws_url, additional_headers=bearer(key))
+        except InvalidStatus as refused:
+            assert refused.response.status_code == 429
+            time.sleep(0.05)
+            continue
+        with ws:
+            yield ws
+        return
+    raise AssertionError("the key's connection was never released")
+
+
+def test_responses_in_flight_per_key_are_capped_across_lanes(capped: LabkitServer) -> None:
+    with socket_when_free(capped, KEY_A) as ws:
+        create(ws, model=MODEL, input="hi", store=False, stream_id="fast")
+        first = answer(ws)["response"]  # the "fast" lane now caches it (store: false)
+        create(ws, model=SLOW, input="Write 60 tokens.", store=False, stream_id="slow")
+        assert recv(ws)["type"] == "response.created"
+        follow_up = {"model": MODEL, "input": "more", "store": False, "previous_response_id": first["id"]}
+        create(ws, stream_id="fast", **follow_up)
+        events = []
+        while not events or events[-1]["type"] not in TERMINAL:  # until the slow one finishes
+            events.append(recv(ws))
+        [error] = [e for e in events if e["type"] == "error"]
+        assert error["stream_id"] == "fast"
+        assert assert_error_event(error, 429)["type"] == "rate_limit_error"
+        assert events[-1]["stream_id"] == "slow"
+        # Refused before it started: the lane's cache still holds what the retry chains from.
+        create(ws, stream_id="fast", **follow_up)
+        assert answer(ws)["type"] == "response.completed"

@@ -23,18 +23,22 @@ The names, grouped:
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
+- what-ifs: ``whatif`` (settings in, DataFrames out), ``what_if_lab`` (its widgets)
+- the server's traces, live: ``watch_traces`` (into a live plot), ``TraceWatcher``
 - the stage names and buckets: ``Stage``, ``bucket_of``
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import platform
-from typing import TYPE_CHECKING
+from collections import deque
+from typing import TYPE_CHECKING, Any
 
 from labkit import __version__
-from labkit.analysis import plots
+from labkit.analysis import plots, whatif
 from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
 from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.frames import span_detail, stage_work
@@ -43,6 +47,7 @@ from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
 from labkit.api.stages import Stage, bucket_of
 from labkit.client.agent import Rollout, Toolbox, TurnRecord, fetch_spans
+from labkit.client.trace_watch import TraceWatcher
 from labkit.designs import DESIGNS, Design, compose, plan_rows
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
@@ -52,6 +57,8 @@ from labkit.server.profiles import DEFAULT_PROFILE, Profile, load_profile
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from labkit.analysis.whatif_ui import WhatIfLab
 
 __all__ = [
     "DESIGNS",
@@ -64,6 +71,7 @@ __all__ = [
     "Shape",
     "Stage",
     "Toolbox",
+    "TraceWatcher",
     "TurnRecord",
     "about",
     "bucket_of",
@@ -83,6 +91,9 @@ __all__ = [
     "stage_work",
     "summary",
     "turn_table",
+    "watch_traces",
+    "what_if_lab",
+    "whatif",
 ]
 
 DEFAULT_SCENARIO = "fix-failing-test"
@@ -179,3 +190,45 @@ def predict(
         cpu=cpu or cpu_costs(),
         fresh_connection=fresh_connection,
     )
+
+
+def what_if_lab(settings: whatif.Settings | None = None) -> WhatIfLab:
+    """The what-if lab's widgets (they need the notebook front end: ``pip install -e ".[notebooks]"``).
+
+        ui = what_if_lab()
+        display(ui.widget)
+    """
+    from labkit.analysis.whatif_ui import WhatIfLab
+
+    return WhatIfLab(settings, cpu=cpu_costs())
+
+
+def watch_traces(base_url: str, api_key: str, plot: LivePlot | None = None, keep: int = 30) -> TraceWatcher:
+    """Subscribe to the server's finished responses; redraw ``plot`` with the last ``keep``.
+
+    Traces arrive on a thread; the redraw is handed to the notebook's event loop, so the
+    figure changes even while no cell runs, whoever sent the responses.
+
+        timeline = LivePlot(plots.trace_timeline).show([])
+        watcher = watch_traces(server.base_url, "sk-instructor", timeline)
+        ...
+        watcher.stop()
+    """
+    recent: deque[dict[str, Any]] = deque(maxlen=keep)
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+
+    def redraw() -> None:
+        if plot is not None:
+            plot.update(list(recent))
+
+    def on_trace(trace: dict[str, Any]) -> None:
+        recent.append(trace)
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(redraw)
+        else:
+            redraw()
+
+    return TraceWatcher(base_url, api_key, on_trace).start()

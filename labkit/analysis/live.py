@@ -54,11 +54,15 @@ class LivePlot:
         """Draw the figure from the data so far (often none yet) and display it."""
         from IPython.display import display
 
+        self._handle = display(self.build(*args, **kwargs), display_id=True)
+        return self
+
+    def build(self, *args: Any, **kwargs: Any) -> go.FigureWidget:
+        """The widget, drawn from the data so far, without displaying it (to place in a layout)."""
         self.figure = self.draw(*args, **kwargs)
         self.widget = go.FigureWidget(self.figure)
         self.widget.observe(self._drawn, names=["_js2py_traceDeltas", "_js2py_layoutDelta"])
-        self._handle = display(self.widget, display_id=True)
-        return self
+        return self.widget
 
     def _drawn(self, change: dict[str, Any]) -> None:
         if change.get("new"):

@@ -21,13 +21,13 @@ colour everywhere, axes carry units and titles say what to notice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from labkit.analysis.metrics import turns
-from labkit.api.stages import BUCKETS, OBSERVER
+from labkit.api.stages import BUCKETS, OBSERVER, bucket_of
 
 BUCKET_COLORS = {"api": "#e15759", "inference": "#4e79a7", "client": "#edc948"}
 BUCKET_LABELS = {"api": "API service", "inference": "inference", "client": "client (tools, request)"}
@@ -50,6 +50,18 @@ def design_color(name: str, order: Sequence[str] = ()) -> str:
         return DESIGN_COLORS[name]
     index = list(order).index(name) if name in order else len(order)
     return EXTRA_COLORS[index % len(EXTRA_COLORS)]
+
+
+def _lines(
+    frames: Mapping[str, pd.DataFrame | None], series: Callable[[pd.DataFrame], pd.Series]
+) -> list[go.Scatter]:
+    """A line per design, from the series each frame gives (empty for a design not run yet)."""
+    order = list(frames)
+    traces = []
+    for name, frame in frames.items():
+        points = series(frame) if frame is not None and len(frame) else pd.Series(dtype=float)
+        traces.append(_line(name, list(points.index), list(points), order))
+    return traces
 
 
 def _line(name: str, x: list, y: list, order: Sequence[str]) -> go.Scatter:
@@ -102,16 +114,12 @@ def history_growth(
     title: str = "A turn's API time grows with the history it carries",
 ) -> go.Figure:
     """Per design, each turn's API time (ms) against its prompt's size (tokens)."""
-    order = list(frames)
-    traces = []
-    for name, frame in frames.items():
-        x, y = [], []
-        if frame is not None and len(frame):
-            prompt = _prompt_tokens(frame)
-            api = turns(frame)["api"] * MS
-            both = pd.concat([prompt, api], axis=1, keys=["prompt", "api"]).dropna()
-            x, y = list(both["prompt"]), list(both["api"])
-        traces.append(_line(name, x, y, order))
+
+    def api_by_prompt(frame: pd.DataFrame) -> pd.Series:
+        both = pd.concat([_prompt_tokens(frame), turns(frame)["api"] * MS], axis=1, keys=["prompt", "api"])
+        return both.dropna().set_index("prompt")["api"]
+
+    traces = _lines(frames, api_by_prompt)
     return _layout(go.Figure(traces), title, "history carried (prompt tokens)", "API time of the turn (ms)")
 
 
@@ -188,28 +196,14 @@ def per_turn(
     unit: str = "ms",
 ) -> go.Figure:
     """Per design, one column of ``metrics.turns`` (``ttft``, ``api``, ``wall``...) each turn."""
-    order = list(frames)
     scale = MS if unit == "ms" else 1
-    traces = []
-    for name, frame in frames.items():
-        x, y = [], []
-        if frame is not None and len(frame):
-            column = turns(frame)[metric].dropna() * scale
-            x, y = list(column.index), list(column)
-        traces.append(_line(name, x, y, order))
+    traces = _lines(frames, lambda frame: turns(frame)[metric].dropna() * scale)
     return _layout(go.Figure(traces), title, "turn", f"{metric} ({unit})")
 
 
 def race(frames: Mapping[str, pd.DataFrame | None], title: str = "Time so far, turn by turn") -> go.Figure:
     """Per design, the rollout's time up to the end of each turn (s): the steeper, the slower."""
-    order = list(frames)
-    traces = []
-    for name, frame in frames.items():
-        x, y = [], []
-        if frame is not None and len(frame):
-            elapsed = turns(frame)["wall"].cumsum()
-            x, y = list(elapsed.index), list(elapsed)
-        traces.append(_line(name, x, y, order))
+    traces = _lines(frames, lambda frame: turns(frame)["wall"].cumsum())
     return _layout(go.Figure(traces), title, "turn", "time so far (s)")
 
 
@@ -217,15 +211,12 @@ def stage_tokens(
     frames: Mapping[str, pd.DataFrame | None], stage: str, title: str | None = None
 ) -> go.Figure:
     """Per design, the tokens one stage processed each turn (``input_safety``, ``render``, ...)."""
-    order = list(frames)
-    traces = []
-    for name, frame in frames.items():
-        x, y = [], []
-        if frame is not None and len(frame):
-            rows = frame[(frame["source"] == "server") & (frame["stage"] == stage)]
-            work = rows.groupby("turn")["tokens"].sum()
-            x, y = list(work.index), list(work)
-        traces.append(_line(name, x, y, order))
+
+    def work(frame: pd.DataFrame) -> pd.Series:
+        rows = frame[(frame["source"] == "server") & (frame["stage"] == stage)]
+        return rows.groupby("turn")["tokens"].sum()
+
+    traces = _lines(frames, work)
     title = title or f"Tokens the {stage} stage processed, per turn"
     return _layout(go.Figure(traces), title, "turn", "tokens")
 
@@ -257,3 +248,127 @@ def design_bars(table: pd.DataFrame, title: str = "End to end and time to first 
         yaxis2={"title": "mean TTFT (ms)", "overlaying": "y", "side": "right", "rangemode": "tozero"},
         barmode="group",
     )
+
+
+def trace_timeline(traces: Sequence[Mapping], title: str = "Responses as the server ran them") -> go.Figure:
+    """Finished responses (from the live traces stream), a row each, their spans as bars on the
+    server's clock (s since the first one shown), coloured by bucket."""
+    rows = []
+    for trace in traces:
+        parts = (trace.get("owner"), trace["design"], trace["response_id"][-6:])
+        label = " · ".join(str(part) for part in parts if part)
+        rows += [{"label": label, **span} for span in trace["spans"]]
+    spans = pd.DataFrame(rows, columns=["label", "stage", "start", "end"])
+    origin = spans["start"].min() if len(spans) else 0.0
+    traces_out = []
+    for bucket in BUCKETS:
+        mine = spans[spans["stage"].map(bucket_of) == bucket] if len(spans) else spans
+        traces_out.append(
+            go.Bar(
+                name=BUCKET_LABELS[bucket],
+                y=list(mine["label"]),
+                x=list(mine["end"] - mine["start"]),
+                base=list(mine["start"] - origin),
+                hovertext=list(mine["stage"]),
+                orientation="h",
+                marker_color=BUCKET_COLORS[bucket],
+                marker_line_width=0,
+            )
+        )
+    fig = go.Figure(traces_out)
+    labels = list(dict.fromkeys(spans["label"]))
+    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1])
+    height = 120 + 24 * max(len(labels), 6)
+    return _layout(fig, title, "seconds since the first response shown", "", barmode="overlay", height=height)
+
+
+# ---------------------------------------------------------------- what-ifs (labkit.analysis.whatif)
+
+
+def prediction_bars(
+    predicted: pd.DataFrame, measured: pd.DataFrame | None = None, title: str = "Predicted for every design"
+) -> go.Figure:
+    """End to end (left) and mean TTFT (right) per design, predicted as bars; measured points,
+    when there are any, as diamonds on top."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("end to end (s)", "mean TTFT (ms)"))
+    names = list(predicted["design"])
+    colors = [design_color(n, names) for n in names]
+    got = measured if measured is not None else pd.DataFrame(columns=["design", "e2e_s", "ttft_mean_s"])
+    for col, (metric, scale) in enumerate((("e2e_s", 1), ("ttft_mean_s", MS)), start=1):
+        fig.add_trace(
+            go.Bar(
+                name="predicted",
+                x=names,
+                y=list(predicted[metric] * scale),
+                marker_color=colors,
+                showlegend=col == 1,
+                legendgroup="predicted",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                name="measured",
+                x=list(got["design"]),
+                y=list(got[metric] * scale),
+                mode="markers",
+                marker={"symbol": "diamond", "size": 13, "color": "black"},
+                showlegend=col == 1,
+                legendgroup="measured",
+            ),
+            row=1,
+            col=col,
+        )
+    return _layout(fig, title, "", "")
+
+
+def stage_breakdown(table: pd.DataFrame, design: str) -> go.Figure:
+    """One design's seconds per stage over the rollout (``whatif.breakdown``), coloured by bucket."""
+    traces = []
+    for bucket in BUCKETS:
+        rows = table[table["bucket"] == bucket]
+        traces.append(
+            go.Bar(
+                name=BUCKET_LABELS[bucket],
+                y=list(rows["stage"]),
+                x=list(rows["seconds"]),
+                orientation="h",
+                marker_color=BUCKET_COLORS[bucket],
+            )
+        )
+    fig = go.Figure(traces)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(table["stage"])[::-1])
+    title = f"Where {design}'s time goes, stage by stage"
+    return _layout(fig, title, "seconds over the rollout", "", height=460)
+
+
+def saving_curve(
+    curve: pd.DataFrame, current_tps: float, current_saving: float, design: str = "websocket"
+) -> go.Figure:
+    """A design's saving against naive across decode speeds (log scale), the current point marked."""
+    color = design_color(design)
+    fig = go.Figure(
+        [
+            go.Scatter(
+                name=f"{design}'s saving",
+                x=list(curve["decode_tps"]),
+                y=list(curve["saving"]),
+                mode="lines",
+                line={"color": color, "width": 3},
+            ),
+            go.Scatter(
+                name="these settings",
+                x=[current_tps],
+                y=[current_saving],
+                mode="markers",
+                marker={"size": 14, "color": "black", "symbol": "x"},
+            ),
+        ]
+    )
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    title = f"What {design} saves grows with the model's speed"
+    return _layout(fig, title, "decode speed (tokens/s)", "saved vs naive")

@@ -107,11 +107,13 @@ def run_rollout(
     api_key: str = DEFAULT_KEY,
     fresh_connection: bool = False,
     prompt_cache_key: bool = True,
+    tool_seconds: float = 0.0,
 ) -> Iterator[TurnRecord]:
     """Run the scenario's rollout over the design's transport; yield each turn as it completes.
 
     A per-rollout session line heads the instructions, so no rollout reuses
     another's prefix cache: each design starts cold, as a new session would.
+    ``tool_seconds`` makes every tool call take at least that long (a what-if's slower tools).
     """
     session = uuid.uuid4().hex[:12]
     instructions = f"Session {session}.\n\n{scenario.instructions}"
@@ -141,6 +143,8 @@ def run_rollout(
                 if item["type"] == "function_call":
                     start = time.perf_counter()
                     text = toolbox.run(item["name"], item["arguments"])
+                    # a what-if's slower tool: the call takes at least tool_seconds
+                    time.sleep(max(0.0, start + tool_seconds - time.perf_counter()))
                     record.tools.append(ToolRun(item["name"], start, time.perf_counter(), len(text)))
                     new.append({"type": "function_call_output", "call_id": item["call_id"], "output": text})
             history = history + outputs + new

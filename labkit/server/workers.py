@@ -1,6 +1,6 @@
 """Several server processes on one port: ``labkit serve --workers N``, for a bigger room.
 
-The parent binds the listening socket as a single server does (``labkit.cli.bind``: TCP_NODELAY,
+The parent binds the listening socket as a single server does (``labkit.cli.serve.bind``: TCP_NODELAY,
 port 0 resolved before anything is announced), prepares the SQLite file, then forks N workers
 that each run the same uvicorn server on that socket; the kernel hands each new connection to
 one of them, and the connection stays there. The parent prints the ready line once every

@@ -1,0 +1,260 @@
+"""The ``labkit`` command: ``labkit serve`` runs the Responses API server; ``labkit compare``
+runs every design side by side and prints what each one cost.
+
+Every mistake on the command line ends in one line on stderr and a non-zero exit, never a
+traceback: argparse's own errors and the checks below exit 2, a port that cannot be bound exits 1.
+Arguments are checked here, before any server starts, because errors raised later (in the
+app's lifespan, or in the server process ``compare`` starts) arrive as tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from labkit import __version__
+from labkit.cli.checks import (
+    CommandError,
+    check_models,
+    check_profile,
+    check_scenario,
+    design_names,
+    design_spec,
+    port_number,
+    positive_count,
+    positive_number,
+    speeds,
+)
+from labkit.cli.serve import serve
+from labkit.designs import DESIGNS
+from labkit.paths import default_data_dir
+from labkit.scenarios import SYNTHETIC, SYNTHETIC_DEFAULTS
+from labkit.server.profiles import DEFAULT_PROFILE
+
+DESCRIPTION = (
+    "labkit: a Responses API server on a simulated inference engine. "
+    "'labkit serve' runs the server (HTTP, SSE and WebSocket mode); "
+    "'labkit compare' runs every design side by side and prints what each one cost."
+)
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug", "trace"]  # uvicorn's names
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block), pointing at --help."""
+
+    def error(self, message: str) -> NoReturn:
+        message = " ".join(message.split())  # argparse's messages may wrap; the line must not
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except None and a flag's False, which say nothing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def compare_command(args: argparse.Namespace) -> None:
+    data_dir = default_data_dir()
+    check_scenario(args.scenario, data_dir)
+    check_profile(args.profile, data_dir)
+    check_models(None)  # $LABKIT_MODELS reaches the server compare starts
+    import json
+
+    from labkit.analysis.compare import compare, format_tables, rows_json, stderr_progress
+
+    rows = compare(
+        tps=args.tps,
+        scenario=args.scenario,
+        profile=args.profile,
+        repeat=args.repeat,
+        designs=args.designs,
+        fresh_connection=args.fresh_connection,
+        data_dir=data_dir,
+        progress=stderr_progress,
+    )
+    print(json.dumps(rows_json(rows), indent=2) if args.json else format_tables(rows))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="labkit", description=DESCRIPTION, formatter_class=HelpFormatter)
+    parser.add_argument(
+        "--version", action="version", version=f"labkit {__version__}", help="print labkit's version and exit"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)  # subparsers are Parsers too
+
+    serve_help = "run the Responses API server (HTTP, SSE and WebSocket mode)"
+    p = sub.add_parser("serve", help=serve_help, description=serve_help, formatter_class=HelpFormatter)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument(
+        "--port", type=port_number, default=8765, metavar="PORT", help="port to listen on; 0 picks a free one"
+    )
+    p.add_argument(
+        "--db", metavar="PATH", help="SQLite file for stored responses (default: $LABKIT_DB or user data dir)"
+    )
+    p.add_argument(
+        "--models", metavar="FILE", help="TOML file adding or overriding models (or $LABKIT_MODELS)"
+    )
+    p.add_argument(
+        "--api-key",
+        action="append",
+        metavar="KEY",
+        help="require this bearer key (repeatable; also $LABKIT_API_KEYS, comma-separated)",
+    )
+    p.add_argument(
+        "--instructor-key",
+        action="append",
+        metavar="KEY",
+        help="a key that may watch every key's traces at /v1/labkit/traces/stream (repeatable; "
+        "also $LABKIT_INSTRUCTOR_KEYS)",
+    )
+    p.add_argument(
+        "--ws-lifetime",
+        type=positive_number,
+        default=3600.0,
+        metavar="SECONDS",
+        help="how long a WebSocket connection may stay open",
+    )
+    p.add_argument(
+        "--allow-no-keys",
+        action="store_true",
+        help="serve on a non-loopback --host without API keys (refused otherwise)",
+    )
+    # Limits for a room of clients (docs/protocol.md, "Limits").
+    p.add_argument(
+        "--max-body-bytes",
+        type=positive_count,
+        default=2 * 1024 * 1024,
+        metavar="N",
+        help="largest HTTP request body; a larger one is a 413",
+    )
+    p.add_argument(
+        "--max-frame-bytes",
+        type=positive_count,
+        default=2 * 1024 * 1024,
+        metavar="N",
+        help="largest WebSocket frame; a larger one closes the socket with code 1009",
+    )
+    p.add_argument(
+        "--max-output-tokens",
+        type=positive_count,
+        default=32_768,
+        metavar="N",
+        help="the longest answer the simulated model writes, whatever the request asks for",
+    )
+    p.add_argument(
+        "--max-queued-creates",
+        type=positive_count,
+        default=16,
+        metavar="N",
+        help="creates waiting on one WebSocket connection; more are refused (websocket_queue_full)",
+    )
+    p.add_argument(
+        "--max-traces",
+        type=positive_count,
+        default=10_000,
+        metavar="N",
+        help="responses whose spans are kept in memory for /v1/labkit/traces",
+    )
+    p.add_argument(
+        "--max-connections-per-key",
+        type=positive_count,
+        metavar="N",
+        help="open WebSocket connections per key; more are refused with 429 (default: no cap)",
+    )
+    p.add_argument(
+        "--max-requests-per-key",
+        type=positive_count,
+        metavar="N",
+        help="requests in flight per key (HTTP requests and WebSocket responses); more are a 429 "
+        "(default: no cap)",
+    )
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        metavar="NAME",
+        help="latency profile: a name in data/profiles or a TOML file",
+    )
+    p.add_argument(
+        "--design",
+        type=design_spec,
+        metavar="SPEC",
+        help=f"default design for every request: one of {', '.join(DESIGNS)}, or one composed "
+        "of a design and +parts, e.g. naive+render_cache (default: sprint over HTTP, "
+        "websocket over WebSocket)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=LOG_LEVELS,
+        metavar="LEVEL",
+        help=f"uvicorn's log level, one of {', '.join(LOG_LEVELS)}",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_count,
+        default=1,
+        metavar="N",
+        help="server processes sharing the port, for a bigger room: stored responses and billing "
+        "are shared through --db; each worker has its own connections, engine, caches and traces",
+    )
+    p.set_defaults(func=serve, command_parser=p)
+
+    compare_help = "run every design on one scenario at several model speeds"
+    c = sub.add_parser("compare", help=compare_help, description=compare_help, formatter_class=HelpFormatter)
+    c.add_argument(
+        "--tps", type=speeds, default="65,1000,4000", help="decode speeds in tokens/s, comma-separated"
+    )
+    c.add_argument(
+        "--scenario",
+        default="fix-failing-test",
+        metavar="NAME",
+        help=f"a scenario in data/scenarios, or {SYNTHETIC}:KEY=N,... "
+        f"with keys {', '.join(SYNTHETIC_DEFAULTS)}",
+    )
+    c.add_argument(
+        "--profile", default=DEFAULT_PROFILE, metavar="NAME", help="latency profile: a name or a TOML file"
+    )
+    c.add_argument(
+        "--repeat",
+        type=positive_count,
+        default=3,
+        metavar="N",
+        help="rollouts per design and speed; the tables show their median",
+    )
+    c.add_argument(
+        "--designs",
+        type=design_names,
+        default=",".join(DESIGNS),
+        metavar="SPECS",
+        help="designs to run, comma-separated: names or composed specs, e.g. naive,naive+render_cache",
+    )
+    c.add_argument(
+        "--fresh-connection", action="store_true", help="HTTP designs: a new connection per request"
+    )
+    c.add_argument("--json", action="store_true", help="print rows as JSON instead of tables")
+    c.set_defaults(func=compare_command, command_parser=c)
+    # Named in "the following arguments are required: ..." when no command is given.
+    sub.metavar = "{" + ",".join(sub.choices) + "}"
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # reported by the command's parser, so the hint names its --help
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        args.func(args)
+    except CommandError as e:
+        print(f"{args.command_parser.prog}: error: {e}", file=sys.stderr)
+        sys.exit(e.status)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

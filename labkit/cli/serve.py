@@ -1,0 +1,120 @@
+"""``labkit serve``: bind the port, then run the server (one process, or ``--workers`` of them)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import socket
+
+from labkit.cli.checks import CommandError, check_db, check_keys, check_models, check_profile
+from labkit.paths import default_data_dir
+from labkit.server.auth import keys_from_env
+
+READY_LINE = "labkit: serving on http://{host}:{port}/v1"
+
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port; a failure is one line saying what to change."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        # proto=IPPROTO_TCP matters: asyncio only turns Nagle's algorithm off (TCP_NODELAY) for
+        # sockets that say they are TCP, and Nagle plus delayed ACKs holds small frames for 40 ms.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    except OSError as e:
+        raise CommandError(f"cannot open a socket for {host}: {e.strerror or e}", status=1) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise CommandError(_bind_problem(e, host, port), status=1) from None
+    return sock
+
+
+def _bind_problem(e: OSError, host: str, port: int) -> str:
+    if isinstance(e, socket.gaierror):
+        return f"cannot resolve --host '{host}' ({e.strerror}); pass an IP address such as 127.0.0.1"
+    if e.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is already in use; pick another with --port (0 picks a free one)"
+    if e.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"cannot listen on {host}: it is not an address of this machine; pick another with --host "
+            "(127.0.0.1 for this machine only, 0.0.0.0 for every interface)"
+        )
+    if e.errno == errno.EACCES:
+        return f"no permission to listen on port {port} on {host}; pick a port above 1024 with --port"
+    return f"cannot listen on {host}:{port}: {e.strerror or e}"
+
+
+def serve(args: argparse.Namespace) -> None:
+    data_dir = default_data_dir()
+    check_profile(args.profile, data_dir)
+    check_models(args.models)
+    # Imported only now: the server's modules take most of a second to load, which every
+    # mistake caught above (and every --help) would otherwise wait for.
+    import uvicorn
+
+    from labkit.server.app import ServerConfig, create_app
+    from labkit.server.network import TrackedH11Protocol
+    from labkit.server.trace_stream import instructor_keys_from_env
+
+    config = ServerConfig(
+        api_keys=(args.api_key or []) + keys_from_env(),
+        ws_lifetime_s=args.ws_lifetime,
+        models=args.models,
+        profile=args.profile,
+        design=args.design,
+        data_dir=data_dir,
+        instructor_keys=(args.instructor_key or []) + instructor_keys_from_env(),
+        max_body_bytes=args.max_body_bytes,
+        max_frame_bytes=args.max_frame_bytes,
+        max_output_tokens=args.max_output_tokens,
+        max_queued_creates=args.max_queued_creates,
+        max_traces=args.max_traces,
+        max_connections_per_key=args.max_connections_per_key,
+        max_requests_per_key=args.max_requests_per_key,
+    )
+    if args.db:
+        config.db = args.db
+    check_db(config.db)
+    if args.workers > 1 and config.db == ":memory:":
+        raise CommandError(
+            "--workers shares stored responses and billing through the database file; "
+            "with --db :memory: each worker would have its own, so pass a file with --db"
+        )
+    check_keys(args.host, config.api_keys, allow_no_keys=args.allow_no_keys)
+    # Bind first, so the port (even 0, "any free port") is known before announcing readiness.
+    sock = bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            log_level=args.log_level,
+            lifespan="on",
+            ws_ping_interval=None,
+            ws_max_size=args.max_frame_bytes,  # a larger frame is refused: close code 1009
+            http=TrackedH11Protocol,
+        )
+    )
+
+    if args.workers > 1:
+        from labkit.server.workers import WorkersError, serve_workers
+
+        try:
+            serve_workers(server, sock, args.workers, config.db, READY_LINE.format(host=args.host, port=port))
+        except WorkersError as e:
+            raise CommandError(str(e), status=1) from None
+        return
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            print(READY_LINE.format(host=args.host, port=port), flush=True)
+        await task
+
+    asyncio.run(run())

@@ -20,6 +20,10 @@ The table gives the median over those turns across ``--repeats`` rollouts
 per design. The new input per turn is the same at every size, so what grows
 with the target is what the server does over the history.
 
+``flatness`` is a design's median API milliseconds at the largest size over
+those at the smallest: 1.0 means a turn costs the service the same however
+long the conversation is.
+
 ``client-seen`` is the design doc's definition of API overhead instead
 (labkit.analysis.metrics.turns: a turn's wall time minus inference and
 tools), measured on the client; it adds what no server span covers, chiefly
@@ -213,6 +217,13 @@ def format_tables(results: list[dict[str, Any]]) -> str:
                 )
     small, large = targets[0], targets[-1]
     designs = list(dict.fromkeys(r["design"] for r in results))
+    # Flatness: a turn's cost at the largest history over its cost at the smallest (1.0 is flat).
+    flat = [d for d in designs if (d, small) in by and (d, large) in by]
+    if flat and small != large:
+        lines += ["", f"{'flatness':<9}{'api ms at ' + label(large) + ' / at ' + label(small):>31}"]
+        for d in flat:
+            ratio = by[(d, large)]["api_ms_median"] / by[(d, small)]["api_ms_median"]
+            lines.append(f"{d:<9}{ratio:>30.2f}x")
     columns = [(d, t) for d in designs for t in (small, large) if (d, t) in by]
     stages = list(dict.fromkeys(s for key in columns for s in by[key]["stage_ms_median"]))
     order = [s for s in STAGE_ORDER if s in stages] + [s for s in stages if s not in STAGE_ORDER]

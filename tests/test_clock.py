@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from labkit.engine import clock as clock_module
 from labkit.engine.catalogue import MODELS_ENV, ModelSpec, UnknownModel, load_catalogue
-from labkit.engine.clock import DecodeClock, due_count
+from labkit.engine.clock import DecodeClock, Pacing, due_count
 
 EPS = 1e-9  # float rounding of t0 + i / tps, far below a token's interval at any tested speed
 
@@ -201,6 +202,70 @@ def test_a_loop_that_always_wakes_early_still_keeps_every_deadline(fake: FakeTim
     for i, t in enumerate(release_times(chunks)):
         assert t >= clock.deadline(i) - EPS
     assert [tok for _, chunk in chunks for tok in chunk] == list(range(100))
+
+
+# ---------------------------------------------------------------- under load: fewer, larger deltas
+
+
+@pytest.mark.parametrize(("others", "tps"), [(63, 1000.0), (31, 4000.0), (7, 1000.0)])
+def test_under_load_deltas_are_spaced_by_the_load_and_the_rate_holds(
+    fake: FakeTime, others: int, tps: float
+) -> None:
+    pacing = Pacing(max_deltas_per_s=8000.0)
+    pacing.active = others  # responses decoding beside this one
+    clock = DecodeClock(tps, now=fake.now, pacing=pacing)
+    n = 3000
+    chunks = run(clock, list(range(n)), fake)
+    assert [tok for _, chunk in chunks for tok in chunk] == list(range(n))
+    spacing = (others + 1) / 8000.0
+    times = [t for t, _ in chunks]
+    assert times[0] == pytest.approx(clock.deadline(0))  # the first token is not held back ...
+    assert times[-1] == pytest.approx(clock.deadline(n - 1))  # ... nor the last
+    gaps = [b - a for a, b in pairwise(times)]
+    assert min(gaps[:-1]) >= spacing - EPS  # the last gap may be shorter: the item ends on time
+    for i, t in enumerate(release_times(chunks)):
+        assert t >= clock.deadline(i) - EPS  # still never early
+    assert len(chunks) <= n / (spacing * tps) + 2
+    assert (n - len(chunks[0][1])) / (times[-1] - times[0]) == pytest.approx(tps, rel=1e-9)
+    assert pacing.active == others  # this clock counted itself only while it ran
+
+
+def test_under_load_streams_release_on_one_shared_grid(fake: FakeTime) -> None:
+    """Streams that started at different moments release at the same instants, so the event
+    loop wakes once for all of them (not once per stream)."""
+    pacing = Pacing(max_deltas_per_s=8000.0)
+    pacing.active = 63
+    interval = 64 / 8000.0
+    releases = []
+    for start in (1000.0, 1000.0037):  # two streams, out of phase
+        fake.t = start
+        clock = DecodeClock(1000.0, now=fake.now, pacing=pacing)
+        times = [t for t, _ in run(clock, list(range(500)), fake)]
+        middle = times[1:-1]  # the first and last go out when their tokens are due
+        assert all(abs(t / interval - round(t / interval)) < 1e-6 for t in middle)
+        releases.append({round(t / interval) for t in middle})
+    assert len(releases[0] & releases[1]) > 50  # the same grid points
+
+
+def test_a_lone_stream_is_never_held_back(fake: FakeTime) -> None:
+    clock = DecodeClock(4000.0, now=fake.now, pacing=Pacing(max_deltas_per_s=8000.0))
+    chunks = run(clock, list(range(100)), fake)
+    assert [len(chunk) for _, chunk in chunks] == [1] * 100  # 8,000 deltas/s is above 4,000 tokens/s
+
+
+def test_a_stream_that_stops_early_stops_counting(fake: FakeTime) -> None:
+    pacing = Pacing()
+    clock = DecodeClock(1000.0, now=fake.now, pacing=pacing)
+
+    async def stop_after_one() -> None:
+        stream = clock.pace(list(range(10)))
+        async for _ in stream:
+            assert pacing.active == 1
+            break
+        await stream.aclose()
+
+    asyncio.run(stop_after_one())
+    assert pacing.active == 0
 
 
 # ---------------------------------------------------------------- the catalogue: the speeds a clock runs at

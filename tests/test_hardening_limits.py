@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +245,60 @@ def test_a_non_ascii_key_is_refused_at_start(tmp_path: Path) -> None:
     result = labkit_serve("--api-key", "sk-\u00e9", "--port", "0", "--db", str(tmp_path / "r.sqlite3"))
     assert result.returncode != 0 and len(result.stderr.splitlines()) == 1
     assert "printable ASCII" in result.stderr
+
+
+# ---------------------------------------------------------------- a large body keeps the loop free
+
+LARGE_WORD_CHARS = 2 * 1024 * 1024 - 4096  # one 2 MiB "word": the tokenizer's slowest input
+HEALTHZ_BOUND_S = 1.0  # generous, as in the fuzz test; a stalled loop took 2.5 s here
+
+
+@pytest.fixture(scope="module")
+def instant_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabkitServer]:
+    """The local profile and a model that prefills in no time: the request is the service's work."""
+    models = tmp_path_factory.mktemp("models") / "models.toml"
+    models.write_text('[models.instant]\ndescription = "x"\ndecode_tps = 100000\nprefill_tps = 1000000000\n')
+    with LabkitServer(args=["--profile", "local", "--models", str(models)]) as srv:
+        yield srv
+
+
+def test_healthz_answers_while_a_large_body_is_tokenized(instant_prefill: LabkitServer) -> None:
+    """Render and input_safety tokenize a large input in a worker thread, so the event loop
+    keeps answering everyone else meanwhile; a small input stays on the loop (no thread hop)."""
+    server = instant_prefill
+    health = server.base_url.removesuffix("/v1") + "/healthz"
+    body = {"model": "instant", "input": "a" * LARGE_WORD_CHARS, "max_output_tokens": 16, "store": False}
+    outcome: dict[str, httpx.Response] = {}
+
+    def send() -> None:
+        outcome["reply"] = httpx.post(f"{server.base_url}/responses", json=body, timeout=120)
+
+    sender = threading.Thread(target=send)
+    latencies: list[float] = []
+    with httpx.Client(timeout=30) as client:
+        sender.start()
+        while sender.is_alive():
+            asked = time.perf_counter()
+            assert client.get(health).status_code == 200
+            latencies.append(time.perf_counter() - asked)
+            time.sleep(0.02)
+    sender.join()
+    reply = outcome["reply"]
+    assert reply.status_code == 200, reply.text[:300]
+    assert len(latencies) >= 5  # the poller ran while the body was being worked on
+    assert max(latencies) < HEALTHZ_BOUND_S, max(latencies)
+
+    # The mechanism, from the spans: both stages worked off the loop for the large input only.
+    def threads(response_id: str) -> dict[str, int]:
+        traces = httpx.get(
+            f"{server.base_url}/labkit/traces", params={"response_id": response_id}, timeout=30
+        ).json()["data"]
+        return {s["stage"]: s["detail"].get("threads", 0) for s in traces if s["stage"] in STAGES}
+
+    large = threads(reply.json()["id"])
+    assert large["input_safety"] == 1 and large["render"] >= 1  # the sprint's render: hash, then encode
+    small = httpx.post(f"{server.base_url}/responses", json={**body, "input": "Say hi."}, timeout=30)
+    assert threads(small.json()["id"]) == {"input_safety": 0, "render": 0}
+
+
+STAGES = ("input_safety", "render")

@@ -288,6 +288,57 @@ def test_websocket_scans_and_renders_only_the_new_items(observed: dict[str, Obse
     assert bodies == {TOOL_TOKENS + 3}
 
 
+# A rollout long enough that the history grows ~30x between its early and late follow-ups, while
+# each turn adds the same: one tool output of LONG_TOOL_TOKENS and a call of 20 tokens.
+LONG_TURNS = 40
+LONG_TOOL_TOKENS = 1000
+BLOCK = 16  # the local profile's prefix-cache block size
+
+
+def test_a_websocket_follow_up_works_only_on_what_is_new(local: LabkitServer) -> None:
+    """Render, prefill and retain of a connection-cached follow-up touch only the new blocks and
+    items, counted by the server (blocks hashed, cache entries touched, ids copied), the same at
+    ~40k tokens of history as at ~2k: nothing in them grows with the conversation."""
+    scenario = synthetic(
+        turns=LONG_TURNS, output_tokens=20, tool_tokens=LONG_TOOL_TOKENS, instruction_tokens=0
+    )
+    rollout = Rollout.run(local.base_url, "websocket", scenario, model=MODEL)
+    assert len(rollout.records) == LONG_TURNS
+    counts, prompts = [], []
+    for record in rollout.records[1:]:
+        spans = by_stage(rollout.spans[record.response_id])
+        render, prefill, retain = spans["render"], spans["prefill"], spans["retain"]
+        assert render["detail"]["cache"] == "connection"
+        assert render["items"] == 1  # the tool output: the only new item
+        assert render["detail"]["copied_ids"] == 0  # the history's ids are shared, not copied
+        assert retain["detail"]["copied_ids"] == 0  # ... and so is the render cache's entry
+        assert retain["detail"]["hashed_items"] == 2  # the render cache's hash: last output + new item
+        # The prompt adds the new item's block and the 2-token generation prompt; the blocks after
+        # the keys retained last turn are hashed (once to look up, once to insert), nothing else.
+        new_blocks = (render["tokens"] + 2) // BLOCK + 1
+        assert prefill["detail"]["hashed_blocks"] <= 2 * new_blocks
+        assert prefill["detail"]["touched_blocks"] <= new_blocks + 8  # a few probes and refreshes
+        # Retain adds the sampled output's block to the same buffer: again only the new blocks.
+        grown = render["tokens"] + retain["tokens"] + spans["decode"]["tokens"]
+        assert retain["detail"]["hashed_blocks"] <= grown // BLOCK + 1
+        assert retain["detail"]["touched_blocks"] <= retain["detail"]["hashed_blocks"] + 4
+        counts.append(
+            (
+                prefill["detail"]["hashed_blocks"],
+                prefill["detail"]["touched_blocks"],
+                retain["detail"]["hashed_blocks"],
+                retain["detail"]["touched_blocks"],
+            )
+        )
+        prompts.append(render["detail"]["prompt_tokens"])
+    assert prompts[-1] > 20 * prompts[0]  # the history grew twentyfold and more ...
+    early, late = counts[:5], counts[-5:]
+    # ... and the work per turn did not, beyond a block or two where the new tokens straddle a
+    # block boundary differently (against ~2,400 blocks more history).
+    for column in range(4):
+        assert max(c[column] for c in late) <= max(c[column] for c in early) + 4, column
+
+
 def test_sprint_renders_from_the_render_cache_but_scans_everything(observed: dict[str, Observed]) -> None:
     run = observed["sprint"]
     for turn, request in enumerate(run.sent):
@@ -298,6 +349,7 @@ def test_sprint_renders_from_the_render_cache_but_scans_everything(observed: dic
             assert render["detail"]["cache"] == "miss"
             continue
         assert render["detail"]["cache"] == "render_cache"
+        assert render["detail"]["copied_ids"] == 0  # a view of the cached buffer, extended in place
         # The cached prefix covers everything up to the model's own call; only the tool output is new.
         assert render["items"] == len(request.new) == 1
         assert render["tokens"] == block_tokens(request.new)

@@ -14,15 +14,19 @@ from hypothesis import strategies as st
 
 from labkit.engine.policies import (
     DEFAULT_LONG_TOKENS,
+    LONG_WORDS,
     PASSAGE,
+    TOKEN_TARGET,
     Call,
     GenericPolicy,
     Say,
     ScriptedPolicy,
     TurnContext,
+    asks_for_long,
     example_value,
     leading_sentences,
     text_of_tokens,
+    token_target,
 )
 from labkit.engine.tokenizer import encode_text
 
@@ -418,3 +422,46 @@ def test_act_returns_a_fresh_list() -> None:
     policy = ScriptedPolicy.from_steps(SCENARIO)
     policy.act(TurnContext(items=[user("go")])).append(Say("mutated"))
     assert policy.act(TurnContext(items=[user("go")])) == [Call("ls", '{"path": "."}')]
+
+
+# ---------------------------------------------------------------- reading a large ask quickly
+
+ASK_PIECES = [
+    "Write 4000 tokens.",
+    "write 1,000 output tokens",
+    "3_000 TOKENS",
+    "12 token",
+    "7tokens",
+    "9 tokensx",
+    "a1 tokens",
+    ",5 tokens",
+    "8   \n  output\t tokens",
+    "٣ tokens",  # an Arabic-Indic digit: \d, and not ASCII
+    "long",
+    "LONG",
+    "belong",
+    "longer",
+    "an essay",
+    "essays",
+    "at length",
+    "AT  length",
+    "as long as",
+    "loNg",
+    "ſ",  # long s: non-ASCII, so the original patterns decide
+    "K",
+    " ",
+    "\n",
+    "x",
+    "1",
+    "_",
+    ",",
+]
+asks = st.lists(st.sampled_from(ASK_PIECES) | st.text(max_size=6), max_size=8).map("".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(asks)
+def test_the_fast_readers_match_exactly_where_the_patterns_match(ask: str) -> None:
+    found = TOKEN_TARGET.search(ask)
+    assert token_target(ask) == (found.group(1) if found else None)
+    assert asks_for_long(ask) == (LONG_WORDS.search(ask) is not None)

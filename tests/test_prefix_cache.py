@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.engine.prefix_cache import CacheStats, PrefixCache
+from labkit.engine.prefix_cache import CacheStats, CacheWork, PrefixCache
 
 
 def seq(start: int, length: int) -> list[int]:
@@ -228,3 +230,126 @@ def test_a_roomy_cache_hits_the_longest_shared_full_block_prefix(
     while shared < min(len(first), len(second)) and first[shared] == second[shared]:
         shared += 1
     assert cache.lookup(second) == shared // block_size * block_size
+
+
+# ---------------------------------------------------------------- the old rule as an oracle
+
+
+class FullRefreshLRU:
+    """The rule the cache keeps, done the slow way: every use moves its whole chain to the
+    most recent end (tail first, root last) and eviction pops the least recent block."""
+
+    def __init__(self, block_size: int, capacity_blocks: int) -> None:
+        self.cache = PrefixCache(block_size, block_size * capacity_blocks)  # for block_keys only
+        self.capacity_blocks = capacity_blocks
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+        self.evicted = 0
+
+    def _refresh(self, keys: list[int]) -> None:
+        for key in reversed(keys):
+            self.blocks.move_to_end(key)
+
+    def lookup(self, tokens: list[int]) -> int:
+        hits = []
+        for key in self.cache.block_keys(tokens):
+            if key not in self.blocks:
+                break
+            hits.append(key)
+        self._refresh(hits)
+        return len(hits) * self.cache.block_size
+
+    def insert(self, tokens: list[int]) -> None:
+        keys = self.cache.block_keys(tokens)
+        for key in keys:
+            self.blocks.setdefault(key, None)
+        self._refresh(keys)
+        while len(self.blocks) > self.capacity_blocks:
+            self.blocks.popitem(last=False)
+            self.evicted += 1
+
+
+branching = st.lists(st.integers(0, 2), max_size=24)  # few symbols: chains share prefixes often
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 10), st.lists(st.tuples(st.booleans(), branching), max_size=30))
+def test_the_cache_evicts_exactly_as_a_full_refresh_lru_would(
+    block_size: int, capacity_blocks: int, ops: list[tuple[bool, list[int]]]
+) -> None:
+    cache = PrefixCache(block_size=block_size, capacity_tokens=block_size * capacity_blocks)
+    oracle = FullRefreshLRU(block_size, capacity_blocks)
+    for is_insert, tokens in ops:
+        if is_insert:
+            cache.insert(tokens)
+            oracle.insert(tokens)
+        else:
+            assert cache.lookup(tokens) == oracle.lookup(tokens)
+        assert len(cache) == len(oracle.blocks)
+        assert cache.stats.evicted_blocks == oracle.evicted
+    for _, tokens in ops:  # what is cached at the end, chain by chain (probes refresh both alike)
+        assert cache.lookup(tokens) == oracle.lookup(tokens)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4), st.lists(st.tuples(branching, branching), min_size=1, max_size=12))
+def test_known_keys_and_a_tail_give_the_answers_of_the_whole_prompt(
+    block_size: int, turns: list[tuple[list[int], list[int]]]
+) -> None:
+    """A growing conversation passed with its known keys and a generation-prompt tail is
+    looked up and inserted exactly as the whole prompt would be."""
+    cheap = PrefixCache(block_size=block_size, capacity_tokens=block_size * 6)
+    whole = PrefixCache(block_size=block_size, capacity_tokens=block_size * 6)
+    tokens: list[int] = []
+    known: list[int] = []
+    for added, tail in turns:
+        tokens += added
+        assert cheap.lookup(tokens, known, tail=tail) == whole.lookup(tokens + tail)
+        cheap.insert(tokens, known, tail=tail)
+        whole.insert(tokens + tail)
+        known += cheap.insert(tokens, known)  # retain: the keys after the known ones
+        whole.insert(tokens)
+        assert known == cheap.block_keys(tokens)
+        assert len(cheap) == len(whole)
+
+
+# ---------------------------------------------------------------- work per use
+
+
+def test_a_growing_conversation_costs_only_its_growth() -> None:
+    """With its known keys, each turn hashes only its new blocks and touches a fixed number of
+    entries plus the new blocks: the same on turn 100 as on turn 2 (counts, not time)."""
+    cache = PrefixCache(block_size=16, capacity_tokens=1_000_000)
+    tokens: list[int] = []
+    known: list[int] = []
+    per_turn: list[tuple[int, int]] = []
+    for turn in range(100):
+        tokens += seq(turn * 1000, 160)  # 10 new blocks a turn
+        work = CacheWork()
+        cached = cache.lookup(tokens, known, tail=[7, 8], work=work)
+        assert cached == len(known) * 16  # everything retained last turn, and nothing more
+        cache.insert(tokens, known, tail=[7, 8], work=work)
+        known += cache.insert(tokens, known, work=work)
+        per_turn.append((work.hashed_blocks, work.touched_blocks))
+    assert len(tokens) == 16_000
+    assert {hashed for hashed, _ in per_turn[1:]} == {30}  # 10 new blocks, hashed 3 times
+    assert max(touched for _, touched in per_turn[1:]) <= 3 * (10 + 3)
+
+
+def test_without_known_keys_a_lookup_probes_a_logarithmic_number_of_blocks() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=100_000)
+    tokens = seq(0, 4096)  # 1,024 blocks
+    cache.insert(tokens)
+    work = CacheWork()
+    changed = [*tokens[:2000], -1, *tokens[2001:]]  # differs inside block 500
+    assert cache.lookup(changed, work=work) == 2000
+    assert work.hashed_blocks == 1024
+    assert work.touched_blocks <= 2 + 11  # the tail, a binary search, the refresh
+
+
+def test_the_stale_heap_is_rebuilt_and_stays_bounded() -> None:
+    cache = PrefixCache(block_size=4, capacity_tokens=64)
+    tokens = seq(0, 8)
+    cache.insert(tokens)
+    for _ in range(5000):  # every use leaves one stale entry behind
+        assert cache.lookup(tokens) == 8
+    assert len(cache._leaves) <= 2 * len(cache) + 1025

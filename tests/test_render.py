@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from labkit.engine.render import (
     GENERATION_PROMPT,
     TokenBuffer,
+    TokenView,
+    encode_block,
     encode_rendered,
     header_key,
     item_block,
@@ -227,21 +229,50 @@ CALL = {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments":
 OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "README.md\nlabkit/"}
 
 
-def test_fork_copies_with_zero_work_and_does_not_alias() -> None:
+def test_fork_shares_with_zero_work_and_does_not_alias() -> None:
+    # A fork used to copy the ids; it is now a view of the same ids (no copy), which must still
+    # behave as a copy: appending to either leaves the other as it was.
     buf = TokenBuffer.start("Be brief.", [])
     buf.append([USER, CALL])
     ids_before, encoded_before = list(buf.ids), buf.encoded
     fork = buf.fork()
     assert fork.key == buf.key
     assert fork.ids == buf.ids
-    assert fork.ids is not buf.ids
     assert fork.items == buf.items == 2
     assert fork.encoded == 0
     added = fork.append([OUTPUT])
     assert fork.encoded == added == len(fork.ids) - len(ids_before)
+    assert fork.copied == 0  # the first view to grow extends the shared ids in place
     assert buf.ids == ids_before  # the original is untouched
     assert buf.items == 2
     assert buf.encoded == encoded_before
+    grown = list(fork.ids)
+    buf.append([USER])  # the original grows too: it copies its own ids first (copy-on-write)
+    assert buf.copied == len(ids_before)
+    assert fork.ids == grown
+    assert buf.ids == ids_before + encode_block(*item_block(USER))
+
+
+def test_views_of_one_buffer_keep_their_block_keys_apart() -> None:
+    buf = TokenBuffer.start("Be brief.", [])
+    buf.add_block_keys([1, 2])
+    a, b = buf.fork(), buf.fork()
+    a.add_block_keys([3])
+    b.add_block_keys([4, 5])  # past a's keys: b copies its two first
+    assert (list(buf.block_keys), list(a.block_keys), list(b.block_keys)) == ([1, 2], [1, 2, 3], [1, 2, 4, 5])
+    assert (a.copied, b.copied) == (0, 2)
+
+
+def test_a_token_view_reads_like_the_list_it_shows() -> None:
+    grows = [5, 6, 7]
+    view = TokenView(grows, 2)
+    grows += [8, 9]
+    shown = [5, 6]
+    assert len(view) == 2 and list(view) == shown and view == shown and shown == view  # both ways
+    assert view[0] == 5 and view[-1] == 6 and view[1:] == [6] and view[-5:] == shown
+    assert view + shown == [5, 6, 5, 6] and view != [5, 6, 7]
+    with pytest.raises(IndexError):
+        view[2]
 
 
 def test_fork_then_append_equals_a_fresh_render() -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from labkit.engine.catalogue import ModelSpec
 from labkit.engine.clock import DecodeClock
-from labkit.engine.prefix_cache import PrefixCache
+from labkit.engine.prefix_cache import CacheWork, PrefixCache
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Prefill:
     prompt_tokens: int
     cached_tokens: int
     seconds: float
+    work: CacheWork = field(default_factory=CacheWork)  # the prefix cache's bookkeeping for it
 
     @property
     def uncached_tokens(self) -> int:
@@ -34,22 +35,31 @@ class Replica:
         self.name = name
         self.cache = cache or PrefixCache()
 
-    async def prefill(self, model: ModelSpec, prompt: Sequence[int], known: Sequence[int] = ()) -> Prefill:
-        """Look the prompt up in the cache, spend the time for the rest, cache it.
+    async def prefill(
+        self, model: ModelSpec, tokens: Sequence[int], known: Sequence[int] = (), *, tail: Sequence[int] = ()
+    ) -> Prefill:
+        """Look the prompt ``tokens + tail`` up in the cache, spend the time for the rest, cache it.
 
-        ``known``: block keys already computed for a prefix of the prompt (see ``PrefixCache``).
+        ``known``: block keys already computed for a prefix of the prompt (see ``PrefixCache``);
+        ``tail``: what follows the conversation (the generation prompt), kept apart so the
+        conversation is never copied to add it.
         """
-        cached = self.cache.lookup(prompt, known)
-        seconds = model.prefill_seconds(len(prompt) - cached)
+        work = CacheWork()
+        cached = self.cache.lookup(tokens, known, tail=tail, work=work)
+        prompt_tokens = len(tokens) + len(tail)
+        seconds = model.prefill_seconds(prompt_tokens - cached)
         if seconds > 0:
             await asyncio.sleep(seconds)
-        self.cache.insert(prompt, known)
-        return Prefill(len(prompt), cached, seconds)
+        self.cache.insert(tokens, known, tail=tail, work=work)
+        return Prefill(prompt_tokens, cached, seconds, work)
 
     def decode(self, model: ModelSpec) -> DecodeClock:
         """A clock for one response's output; pace every output item through it."""
         return DecodeClock(model.decode_tps)
 
-    def retain(self, tokens: Sequence[int], known: Sequence[int] = ()) -> list[int]:
-        """Keep the KV of a finished turn (prompt and output) for the next turn; returns the block keys."""
-        return self.cache.insert(tokens, known)
+    def retain(
+        self, tokens: Sequence[int], known: Sequence[int] = (), work: CacheWork | None = None
+    ) -> list[int]:
+        """Keep the KV of a finished turn (prompt and output) for the next turn; returns the keys
+        of the blocks after ``known``."""
+        return self.cache.insert(tokens, known, work=work)

@@ -230,6 +230,34 @@ LONG_WORDS = re.compile(r"\b(long|essay|at length|as long as)\b", re.IGNORECASE)
 # The lookbehind starts a number only at its first digit: without it, a long run of digits
 # is tried from every position, which is quadratic in its length.
 TOKEN_TARGET = re.compile(r"(?<![\d,_])(\d[\d,_]*)\s*(?:output\s+)?tokens?\b", re.IGNORECASE)
+# The same two patterns, fast on ASCII text (a pasted megabyte would otherwise keep the event
+# loop for ~0.1 s): lower-case once, then case-sensitive patterns that start with a literal or a
+# digit, so the regex engine skips to candidate positions; for ASCII, lower-casing is exact.
+# A property test checks they match exactly where the patterns above match.
+_LONG_ASCII = [
+    re.compile(p) for p in (r"long(?<!\wlong)\b", r"essay(?<!\wessay)\b", r"at length(?<!\wat length)\b")
+]
+_TARGET_ASCII = re.compile(r"(\d(?<![\d,_]\d)[\d,_]*)\s*(?:output\s+)?tokens?\b")
+
+
+def asks_for_long(text: str) -> bool:
+    """``LONG_WORDS.search(text)``, fast ("as long as" is "long" with words around it)."""
+    if not text.isascii():
+        return LONG_WORDS.search(text) is not None
+    lowered = text.lower()
+    return any(p.search(lowered) for p in _LONG_ASCII)
+
+
+def token_target(text: str) -> str | None:
+    """The number in ``TOKEN_TARGET.search(text)``, if any ("Write 4,000 tokens." -> "4,000"), fast."""
+    if not text.isascii():
+        found = TOKEN_TARGET.search(text)
+    else:
+        lowered = text.lower()
+        found = _TARGET_ASCII.search(lowered) if "token" in lowered else None
+    return found.group(1) if found else None
+
+
 DEFAULT_LONG_TOKENS = 2048
 # What the generic policy writes at most in one answer, whatever the client asks for
 # (``labkit serve --max-output-tokens``): the work before the first token stays bounded.
@@ -277,20 +305,26 @@ def text_of_tokens(count: int) -> str:
     # Cycle through the passage for count - 2 pieces, then the next word piece,
     # then ".". Skipping punctuation to reach that word keeps two punctuation
     # pieces from meeting at the end, where they would merge into other tokens.
-    body = [pieces[i % len(pieces)] for i in range(max(0, count - 2))]
+    # Whole cycles are one string repeated (a long answer costs no loop per token).
+    cycles, rest = divmod(max(0, count - 2), len(pieces))
+    body = [_passage_cycle() * cycles, *pieces[:rest]]
     if count >= 2:
         i = count - 2
         while not _is_word(pieces[i % len(pieces)]):
             i += 1
         body.append(pieces[i % len(pieces)])
     body.append(".")
-    body[0] = body[0].lstrip()
-    return "".join(body)
+    return "".join(body).lstrip()  # the first piece's leading space (pieces are never blank)
 
 
 def _is_word(piece: str) -> bool:
     """A piece of letters, with at most a leading space: ``" model"`` yes, ``"'s"`` no."""
     return piece.lstrip(" ").isalpha()
+
+
+@lru_cache(maxsize=1)
+def _passage_cycle() -> str:
+    return "".join(_one_token_pieces())
 
 
 @lru_cache(maxsize=1)
@@ -334,12 +368,12 @@ class GenericPolicy:
     def _answer(self, ctx: TurnContext) -> str:
         asked = ctx.last_user_text()
         cap = self.max_output_tokens
-        target = TOKEN_TARGET.search(asked)
+        target = token_target(asked)
         if target:
-            digits = re.sub(r"[,_]", "", target.group(1))
+            digits = re.sub(r"[,_]", "", target)
             # A number of thousands of digits is just "more than the cap", never parsed whole.
             return text_of_tokens(min(int(digits) if len(digits) <= 9 else cap, cap))
-        if LONG_WORDS.search(asked):
+        if asks_for_long(asked):
             # Longer than any budget the request set, so it runs on until max_output_tokens stops it.
             wanted = max(DEFAULT_LONG_TOKENS, min(ctx.max_output_tokens or 0, cap) + 1)
             return text_of_tokens(min(wanted, cap))

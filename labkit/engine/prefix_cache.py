@@ -12,13 +12,30 @@ is why ``cached_tokens`` is always a multiple of the block size.
     >>> _ = cache.insert(list(range(10)))
     >>> cache.lookup(list(range(10)) + [99])
     8
+
+A conversation that grows costs only its growth. Its caller keeps the keys of
+the blocks it has already had hashed (``known``) and passes them back: the
+cache hashes only the blocks after them, and its bookkeeping touches a fixed
+number of blocks plus the new ones, however long the conversation is
+(``CacheWork`` counts both). The generation prompt that follows a rendered
+conversation is passed as ``tail``, so the caller never builds a copy of the
+conversation to add it.
+
+    >>> keys = cache.insert(list(range(10)))           # 2 blocks: their keys
+    >>> work = CacheWork()
+    >>> cache.lookup(list(range(30)), keys, work=work)  # hashes blocks 3..7 only
+    8
+    >>> work.hashed_blocks
+    5
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+NO_PARENT = -1  # a root block's parent in the tree; ``hash()`` never returns -1
 
 
 @dataclass
@@ -29,12 +46,43 @@ class CacheStats:
     evicted_blocks: int = 0
 
 
+@dataclass
+class CacheWork:
+    """The cache's bookkeeping work, counted (a mechanism test reads these, not the clock).
+
+    ``hashed_blocks``: block keys computed (the tokens of each hashed);
+    ``touched_blocks``: blocks whose entry was read or written: presence checks, blocks
+    added, refreshed or evicted, and entries rebuilt.
+    """
+
+    hashed_blocks: int = 0
+    touched_blocks: int = 0
+
+    def add(self, hashed: int, touched: int) -> None:
+        self.hashed_blocks += hashed
+        self.touched_blocks += touched
+
+
 class PrefixCache:
     """Full-block prefix cache with LRU eviction and a capacity in tokens.
 
-    On every use a chain's blocks are refreshed from its last block back to its
-    first, so a parent is always more recent than its children and eviction
-    trims prefixes from their tails, never cutting a chain off at its root.
+    The cached blocks form a tree: each block's parent is the block before it in
+    its chain. Eviction takes the least recently used *leaf* (a block no cached
+    block continues), so a chain is trimmed from its tail and never cut off at
+    its root, and a cached block's parent is always cached: presence is monotone
+    along a chain. That is what keeps each use cheap:
+
+    - ``lookup`` checks the last ``known`` key (if it is cached, so is every key
+      before it) and then only the new blocks, one by one; without known keys,
+      a binary search over the chain finds how far it is cached;
+    - a use refreshes only the tail of what it used. A parent that an eviction
+      leaves without children takes the most recent use among the children it
+      had, so blocks leave in the order of the rule "every use refreshes its
+      whole chain, tail first, root last": least recent chain first, tail first.
+
+    Leaves wait in a heap by last use; an entry made stale by a later use is
+    dropped when it surfaces, and the heap is rebuilt when stale entries
+    outnumber the blocks (amortized O(1) per use).
     """
 
     def __init__(self, block_size: int = 16, capacity_tokens: int = 1_048_576) -> None:
@@ -42,57 +90,191 @@ class PrefixCache:
             raise ValueError("need block_size >= 1 and capacity_tokens >= block_size")
         self.block_size = block_size
         self.capacity_blocks = capacity_tokens // block_size
-        self._blocks: OrderedDict[int, None] = OrderedDict()
+        # Per cached block (dicts of ints: the garbage collector never walks them).
+        self._used: dict[int, int] = {}  # key -> last use (a counter); membership = cached
+        self._parent: dict[int, int] = {}  # key -> its parent's key, or NO_PARENT
+        self._children: dict[int, int] = {}  # key -> cached children, for blocks that have any
+        self._leaves: list[tuple[int, int]] = []  # heap of (last use, key), some entries stale
+        self._clock = 0
         self.stats = CacheStats()
+        self.work = CacheWork()  # since the cache was made
 
     def __len__(self) -> int:
         """Number of cached blocks."""
-        return len(self._blocks)
+        return len(self._used)
 
-    def block_keys(self, tokens: Sequence[int], known: Sequence[int] = ()) -> list[int]:
-        """The chained key of every full block of ``tokens``.
+    # ------------------------------------------------------------ keys
+
+    def _new_keys(
+        self, tokens: Sequence[int], known: Sequence[int], tail: Sequence[int]
+    ) -> tuple[int, list[int]]:
+        """How many ``known`` keys apply to ``tokens + tail``, and the keys of the full blocks after them.
+
+        Only the tokens after the known blocks are read (a slice), so a caller's long
+        prefix is never copied.
+        """
+        size = self.block_size
+        blocks = (len(tokens) + len(tail)) // size
+        count = min(len(known), blocks)
+        start = count * size
+        rest = [*tokens[start:], *tail] if start < len(tokens) else list(tail[start - len(tokens) :])
+        parent = known[count - 1] if count else 0
+        keys = []
+        for i in range(0, len(rest) - size + 1, size):
+            parent = hash((parent, *rest[i : i + size]))
+            keys.append(parent)
+        return count, keys
+
+    def block_keys(
+        self, tokens: Sequence[int], known: Sequence[int] = (), *, tail: Sequence[int] = ()
+    ) -> list[int]:
+        """The chained key of every full block of ``tokens + tail`` (a new list).
 
         ``known`` are keys already computed for a prefix of the same tokens (say,
         of the conversation before this turn's items): only the blocks after them
-        are hashed, so a growing conversation costs only its growth.
+        are hashed.
         """
-        size = self.block_size
-        keys = list(known[: len(tokens) // size])
-        parent = keys[-1] if keys else 0
-        for start in range(len(keys) * size, len(tokens) - size + 1, size):
-            parent = hash((parent, *tokens[start : start + size]))
-            keys.append(parent)
-        return keys
+        count, keys = self._new_keys(tokens, known, tail)
+        self.work.add(len(keys), 0)
+        return [*known[:count], *keys]
 
-    def lookup(self, tokens: Sequence[int], known: Sequence[int] = ()) -> int:
-        """How many leading tokens of ``tokens`` are cached (a multiple of the block size)."""
-        hits = []
-        for key in self.block_keys(tokens, known):
-            if key not in self._blocks:
-                break
-            hits.append(key)
-        self._refresh(hits)
-        cached = len(hits) * self.block_size
+    # ------------------------------------------------------------ presence
+
+    def _cached_prefix(self, known: Sequence[int], count: int, keys: list[int]) -> tuple[int, int]:
+        """How many leading blocks of the chain ``known[:count] + keys`` are cached, and the
+        number of presence checks it took (monotone presence: see the class)."""
+        total = count + len(keys)
+        used = self._used
+
+        def key(i: int) -> int:
+            return known[i] if i < count else keys[i - count]
+
+        if total == 0:
+            return 0, 0
+        probes = 1
+        last = count - 1 if count else total - 1  # the last known key, or the chain's tail
+        if key(last) in used:
+            found = last + 1
+            while found < total:  # only the new blocks, up to the first one not cached
+                probes += 1
+                if key(found) not in used:
+                    break
+                found += 1
+            return found, probes
+        low, high = 0, last  # key(low - 1) is cached (or low == 0), key(high) is not
+        while low < high:
+            middle = (low + high) // 2
+            probes += 1
+            if key(middle) in used:
+                low = middle + 1
+            else:
+                high = middle
+        return low, probes
+
+    # ------------------------------------------------------------ use
+
+    def lookup(
+        self,
+        tokens: Sequence[int],
+        known: Sequence[int] = (),
+        *,
+        tail: Sequence[int] = (),
+        work: CacheWork | None = None,
+    ) -> int:
+        """How many leading tokens of ``tokens + tail`` are cached (a multiple of the block size).
+
+        A hit refreshes the chain up to its last cached block.
+        """
+        count, keys = self._new_keys(tokens, known, tail)
+        hits, touched = self._cached_prefix(known, count, keys)
+        if hits:
+            touched += self._refresh(known[hits - 1] if hits <= count else keys[hits - 1 - count])
+        cached = hits * self.block_size
         self.stats.lookups += 1
         self.stats.hit_tokens += cached
-        self.stats.miss_tokens += len(tokens) - cached
+        self.stats.miss_tokens += len(tokens) + len(tail) - cached
+        self._count(work, len(keys), touched)
         return cached
 
-    def insert(self, tokens: Sequence[int], known: Sequence[int] = ()) -> list[int]:
-        """Cache every full block of ``tokens``, evicting least recently used blocks; returns their keys."""
-        keys = self.block_keys(tokens, known)
-        for key in keys:
-            self._blocks.setdefault(key, None)
-        self._refresh(keys)
-        while len(self._blocks) > self.capacity_blocks:
-            self._blocks.popitem(last=False)
-            self.stats.evicted_blocks += 1
+    def insert(
+        self,
+        tokens: Sequence[int],
+        known: Sequence[int] = (),
+        *,
+        tail: Sequence[int] = (),
+        work: CacheWork | None = None,
+    ) -> list[int]:
+        """Cache every full block of ``tokens + tail``, evicting least recently used leaves.
+
+        Returns the keys of the blocks after ``known`` (all of them without ``known``):
+        what a caller appends to the keys it keeps.
+        """
+        count, keys = self._new_keys(tokens, known, tail)
+        total = count + len(keys)
+        if total == 0:
+            self._count(work, 0, 0)
+            return keys
+        present, touched = self._cached_prefix(known, count, keys)
+        stamp = self._clock + 1  # the use about to be recorded; new inner blocks share it
+        for i in range(present, total):
+            key = known[i] if i < count else keys[i - count]
+            parent = NO_PARENT if i == 0 else known[i - 1] if i - 1 < count else keys[i - 1 - count]
+            self._used[key], self._parent[key] = stamp, parent
+            if parent != NO_PARENT:
+                self._children[parent] = self._children.get(parent, 0) + 1
+        touched += total - present
+        touched += self._refresh(known[total - 1] if total <= count else keys[total - 1 - count])
+        touched += self._evict()
+        self._count(work, len(keys), touched)
         return keys
 
-    def _refresh(self, keys: list[int]) -> None:
-        for key in reversed(keys):
-            self._blocks.move_to_end(key)
+    def _count(self, work: CacheWork | None, hashed: int, touched: int) -> None:
+        self.work.add(hashed, touched)
+        if work is not None:
+            work.add(hashed, touched)
+
+    def _refresh(self, key: int) -> int:
+        """Record a use of the chain ending at ``key``: only that block's entry changes."""
+        self._clock += 1
+        self._used[key] = self._clock
+        if key not in self._children:
+            heapq.heappush(self._leaves, (self._clock, key))
+            if len(self._leaves) > 2 * len(self._used) + 1024:
+                return 1 + self._rebuild()
+        return 1
+
+    def _rebuild(self) -> int:
+        """Drop the heap's stale entries: one entry per leaf again."""
+        children = self._children
+        self._leaves = [(used, key) for key, used in self._used.items() if key not in children]
+        heapq.heapify(self._leaves)
+        return len(self._used)
+
+    def _evict(self) -> int:
+        """Evict least recently used leaves until the cache is within capacity; returns blocks touched."""
+        touched = 0
+        used, children = self._used, self._children
+        while len(used) > self.capacity_blocks:
+            stamp, key = heapq.heappop(self._leaves)
+            if used.get(key) != stamp or key in children:
+                continue  # stale: used again since, or it has children now
+            del used[key]
+            parent = self._parent.pop(key)
+            self.stats.evicted_blocks += 1
+            touched += 1
+            if parent == NO_PARENT:
+                continue
+            touched += 1
+            left = children[parent] - 1
+            if left:
+                children[parent] = left
+                continue
+            # A leaf now: it was last used when its most recent child was (or later).
+            del children[parent]
+            used[parent] = max(used[parent], stamp)
+            heapq.heappush(self._leaves, (used[parent], parent))
+        return touched
 
     @property
     def cached_tokens(self) -> int:
-        return len(self._blocks) * self.block_size
+        return len(self._used) * self.block_size

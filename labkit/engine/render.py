@@ -16,10 +16,10 @@ That is what lets a connection-scoped cache skip re-tokenizing history.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
 
 from labkit.api.compaction import summary_text
 from labkit.engine.tokenizer import (
@@ -166,52 +166,181 @@ def encode_block(header: str, body: str | list[int]) -> list[int]:
 GENERATION_PROMPT = [special(IM_START), *encode_text("assistant")]
 
 
-@dataclass
+def encode_items(items: Iterable[Item]) -> list[list[int]]:
+    """Each item's block of ids. Pure (no buffer is touched), so it may run in a worker thread."""
+    return [encode_block(*item_block(item)) for item in items]
+
+
+class TokenView(Sequence[int]):
+    """The first ``length`` items of a list that only ever grows: read-only, never copied.
+
+    Reading it costs what is read: ``len`` is O(1), a slice copies only the slice.
+
+    >>> grows = [1, 2, 3]
+    >>> view = TokenView(grows, 2)
+    >>> grows.append(4)
+    >>> view == [1, 2], view[-1], view[1:], len(view)
+    (True, 2, [2], 2)
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[int], length: int) -> None:
+        self._items = items
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return self._items[slice(*index.indices(self._length))]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("TokenView index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenView):
+            other = other._items[: other._length]
+        if not isinstance(other, list | tuple):
+            return NotImplemented
+        return self._items[: self._length] == list(other)
+
+    def __add__(self, other: Sequence[int]) -> list[int]:
+        """A new list, as ``list + list`` gives."""
+        return [*self._items[: self._length], *other]
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable like them
+
+    def __repr__(self) -> str:
+        return f"TokenView({self._items[: self._length]!r})"
+
+
 class TokenBuffer:
     """A rendered conversation kept as token ids, which grows by appending items.
 
     ``encoded`` counts the tokens this buffer's owner had the tokenizer produce:
     the work a cached buffer saves is the work it never adds here.
+
+    Forks share memory. A buffer is a view of the first ``len(buffer)`` ids of a
+    list that only ever grows; ``fork`` makes another view of the same list, so a
+    connection's cached conversation and the render cache's entry for it cost no
+    copy, and the fork that appends first extends the list in place (the other
+    views still end where they did). A view that appends after another view has
+    grown the list past its end copies its own ids first (copy-on-write): only
+    that case costs a copy, and ``copied`` counts it. The prefix-cache keys of the
+    buffer's full blocks (``block_keys``) are kept the same way.
+
+        >>> base = TokenBuffer.start("Be brief.", [])
+        >>> a, b = base.fork(), base.fork()
+        >>> _ = a.append([{"type": "message", "role": "user", "content": "hi"}])  # in place
+        >>> _ = b.append([{"type": "message", "role": "user", "content": "yo"}])  # copies
+        >>> len(base) < len(a) == len(b), a.copied, b.copied == len(base)
+        (True, 0, True)
     """
 
-    key: str
-    ids: list[int] = field(default_factory=list)
-    items: int = 0
-    encoded: int = 0
-    # Prefix-cache block keys of ``ids`` (another reusable artifact: a follow-up hashes only new blocks).
-    block_keys: list[int] = field(default_factory=list)
+    def __init__(
+        self,
+        key: str,
+        ids: list[int] | None = None,
+        items: int = 0,
+        encoded: int = 0,
+        block_keys: list[int] | None = None,
+    ) -> None:
+        self.key = key
+        self._ids = ids if ids is not None else []
+        self._length = len(self._ids)
+        # Prefix-cache block keys of ``ids`` (another reusable artifact: a follow-up hashes only new blocks).
+        self._keys = block_keys if block_keys is not None else []
+        self._key_count = len(self._keys)
+        self.items = items
+        self.encoded = encoded
+        self.copied = 0  # ids and keys this view copied to grow (copy-on-write), since it was made
 
     @classmethod
     def start(cls, instructions: str | None, tools: Sequence[Item]) -> TokenBuffer:
         ids = encode_block(*system_block(instructions, tools))
         return cls(key=header_key(instructions, tools), ids=ids, encoded=len(ids))
 
-    def append(self, items: Iterable[Item]) -> int:
-        """Render and append items; returns how many tokens were encoded."""
-        added = 0
-        for item in items:
-            block = encode_block(*item_block(item))
-            self.ids.extend(block)
+    def __len__(self) -> int:
+        """Token count (O(1))."""
+        return self._length
+
+    def __bool__(self) -> bool:
+        return True  # a buffer is something, even before it holds a token (``found or ...``)
+
+    @property
+    def ids(self) -> TokenView:
+        """The rendered ids: a read-only view, not a copy (``list(buffer.ids)`` makes one)."""
+        return TokenView(self._ids, self._length)
+
+    @property
+    def block_keys(self) -> TokenView:
+        """Prefix-cache keys of the buffer's first full blocks (those retained so far)."""
+        return TokenView(self._keys, self._key_count)
+
+    def _growable(self) -> list[int]:
+        if len(self._ids) != self._length:  # another view grew the list past this one's end
+            self._ids = self._ids[: self._length]
+            self.copied += self._length
+        return self._ids
+
+    def append_blocks(self, blocks: Iterable[list[int]], *, encoded: bool = True) -> int:
+        """Append already-encoded item blocks (see ``encode_items``); returns their tokens.
+
+        ``encoded``: whether the tokenizer produced them for this buffer (counted in ``encoded``).
+        """
+        ids, added = self._growable(), 0
+        for block in blocks:
+            ids.extend(block)
             self.items += 1
             added += len(block)
-        self.encoded += added
+        self._length = len(ids)
+        if encoded:
+            self.encoded += added
         return added
+
+    def append(self, items: Iterable[Item]) -> int:
+        """Render and append items; returns how many tokens were encoded."""
+        return self.append_blocks(encode_items(items))
 
     def append_sampled(self, item: Item, body_ids: list[int]) -> int:
         """Append an output item from the ids the model sampled: only markup and header are new work."""
         block = encode_block(item_block(item)[0], body_ids)
-        self.ids.extend(block)
-        self.items += 1
+        self.append_blocks([block], encoded=False)
         added = len(block) - len(body_ids)
         self.encoded += added
         return added
 
+    def add_block_keys(self, keys: Sequence[int]) -> None:
+        """Keep the keys of the blocks after ``block_keys`` (as ``PrefixCache.insert`` returns them)."""
+        if not keys:
+            return
+        if len(self._keys) != self._key_count:  # another view added keys past this one's end
+            self._keys = self._keys[: self._key_count]
+            self.copied += self._key_count
+        self._keys.extend(keys)
+        self._key_count = len(self._keys)
+
     def fork(self) -> TokenBuffer:
-        """A copy to extend, with its work counter at zero (the cached tokens cost nothing)."""
-        return TokenBuffer(
-            key=self.key, ids=list(self.ids), items=self.items, encoded=0, block_keys=list(self.block_keys)
-        )
+        """Another view of the same ids to extend, with its work counters at zero (the shared
+        tokens cost nothing, and nothing is copied until a copy is needed)."""
+        twin = TokenBuffer.__new__(TokenBuffer)
+        twin.key, twin.items, twin.encoded, twin.copied = self.key, self.items, 0, 0
+        twin._ids, twin._length = self._ids, self._length
+        twin._keys, twin._key_count = self._keys, self._key_count
+        return twin
 
     def prompt(self) -> list[int]:
-        """The ids the model is run on: the conversation plus the assistant's turn opener."""
-        return self.ids + GENERATION_PROMPT
+        """The ids the model is run on, as a new list: the conversation plus the assistant's turn
+        opener. The engine takes ``ids`` and ``GENERATION_PROMPT`` apart instead, copying neither."""
+        return [*self.ids, *GENERATION_PROMPT]

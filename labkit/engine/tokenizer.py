@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -86,8 +87,8 @@ def encode_text(text: str) -> list[int]:
     return encoding().encode_ordinary(text)
 
 
-def decode(ids: list[int]) -> str:
-    return encoding().decode(ids)
+def decode(ids: Sequence[int]) -> str:
+    return encoding().decode(ids)  # type: ignore[arg-type]  # any sequence of ints will do
 
 
 def special(token: str) -> int:

@@ -19,7 +19,7 @@ from labkit.api.events import ResponseEvents
 from labkit.api.ids import new_item_id
 from labkit.api.requests import parse_item, stored_form
 from labkit.api.stages import Stage
-from labkit.server.pipeline import Emit, Pipeline
+from labkit.server.pipeline import Emit, Pipeline, append_rendered
 from labkit.server.responder import finish
 from labkit.server.turn import Conversation, Turn
 
@@ -59,7 +59,7 @@ async def append_segment(pipeline: Pipeline, turn: Turn, raw: Any) -> None:
     with turn.trace.stage(Stage.RENDER) as span:
         before = turn.buffer.encoded
         pipeline.settle(turn)
-        turn.buffer.append(appended)
+        await append_rendered(turn.buffer, appended, span)
         turn.appended += appended
         span.items, span.tokens = len(appended), turn.buffer.encoded - before
-        span.detail["prompt_tokens"] = len(turn.buffer.ids)
+        span.detail["prompt_tokens"] = len(turn.buffer)

@@ -34,11 +34,11 @@ from labkit.api.requests import CompactRequest, check_new_items, parse_compact
 from labkit.api.responses import usage
 from labkit.api.stages import Stage
 from labkit.engine.catalogue import ModelSpec, UnknownModel
-from labkit.engine.render import TokenBuffer, content_text, encode_block, item_block
+from labkit.engine.render import GENERATION_PROMPT, TokenBuffer, content_text, encode_block, item_block
 from labkit.engine.tokenizer import decode, encode_text
 from labkit.server.billing import Charge
 from labkit.server.http import error_response, pipeline_of, read_json
-from labkit.server.pipeline import Pipeline
+from labkit.server.pipeline import Pipeline, append_rendered
 from labkit.server.traces import Trace
 
 Item = dict[str, Any]
@@ -73,7 +73,7 @@ async def compact(pipeline: Pipeline, owner: str, trace: Trace, body: Any) -> di
         span.items = len(window)
     with trace.stage(Stage.RENDER) as span:
         buffer = TokenBuffer.start(req.instructions, [])
-        buffer.append(window)
+        await append_rendered(buffer, window, span)  # a large window is tokenized off the loop
         span.items, span.tokens = len(window), buffer.encoded
     with trace.stage(Stage.ROUTING) as span:
         model = await _model(pipeline, req.model)
@@ -85,7 +85,7 @@ async def compact(pipeline: Pipeline, owner: str, trace: Trace, body: Any) -> di
         await pipeline.slots[replica.name].acquire()
     try:
         with trace.stage(Stage.PREFILL) as span:
-            prefill = await replica.prefill(model, buffer.prompt(), buffer.block_keys)
+            prefill = await replica.prefill(model, buffer.ids, buffer.block_keys, tail=GENERATION_PROMPT)
             span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
         with trace.stage(Stage.DECODE) as span:
             async for _chunk in replica.decode(model).pace(summary_ids):

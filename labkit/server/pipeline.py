@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
 from labkit.api.events import Event, ResponseEvents
@@ -45,7 +46,15 @@ from labkit.designs import Over, Runs
 from labkit.engine.catalogue import Catalogue, UnknownModel
 from labkit.engine.inference import Prefill
 from labkit.engine.policies import Action, Call, GenericPolicy, Policy, TurnContext
-from labkit.engine.render import TokenBuffer, content_text, header_key
+from labkit.engine.prefix_cache import CacheWork
+from labkit.engine.render import (
+    GENERATION_PROMPT,
+    TokenBuffer,
+    content_text,
+    encode_items,
+    header_key,
+    item_block,
+)
 from labkit.engine.tokenizer import decode, encode_text
 from labkit.server.auth import Keys
 from labkit.server.billing import Billing, Charge, Ledger
@@ -57,10 +66,12 @@ from labkit.server.safety import classifier_texts, scan
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.store import ResponseStore
 from labkit.server.trace_stream import TraceFeed
-from labkit.server.traces import Trace, TraceStore
+from labkit.server.traces import Span, Trace, TraceStore
 from labkit.server.turn import Turn
 
 Emit = Callable[[Event], Awaitable[None]]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Pipeline:
@@ -134,7 +145,8 @@ class Pipeline:
         """``emit`` for this turn, paying the downlink before the first event of each segment."""
 
         async def send(event: Event) -> None:
-            await self.depart(turn)
+            if not turn.departed:  # checked here: every delta comes this way
+                await self.depart(turn)
             await emit(event)
 
         return send
@@ -195,11 +207,12 @@ class Pipeline:
     async def input_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
         """Scan the items for real, then spend the modeled classifier time for what was scanned."""
         with turn.trace.stage(Stage.INPUT_SAFETY) as span:
-            result = scan(classifier_texts(items))
+            texts = classifier_texts(items)
+            result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts)
             span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
             await _sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
 
-    def render(self, turn: Turn) -> None:
+    async def render(self, turn: Turn) -> None:
         """Tokenize only what no cache holds: the connection's buffer, or the sprint's render cache."""
         req = turn.req
         assert req is not None
@@ -208,23 +221,27 @@ class Pipeline:
             cached = turn.cached if turn.cache_hit else None
             reuse = turn.plan[Stage.RENDER].over is Over.NEW
             if reuse and cached is not None and cached.buffer.key == key:
+                # A view of the connection's buffer: the history's ids are shared, not copied.
                 buffer, todo, span.detail["cache"] = cached.buffer.fork(), turn.new_items, "connection"
                 turn.hasher = cached.hasher.copy() if cached.hasher else None
             elif reuse and turn.design.render_cache:
                 turn.hasher = PrefixHasher(key)
-                found, used = self.render_cache.longest_prefix(turn.hasher.extend(turn.items))
+                items = turn.items
+                keys = await off_loop_if_large(text_chars(items), span, turn.hasher.extend, items)
+                found, used = self.render_cache.longest_prefix(keys)
                 buffer = found or TokenBuffer.start(req.instructions, req.tools)
-                todo, span.detail["cache"] = turn.items[used:], "render_cache" if found else "miss"
+                todo, span.detail["cache"] = items[used:], "render_cache" if found else "miss"
             else:
                 buffer, todo, span.detail["cache"] = (
                     TokenBuffer.start(req.instructions, req.tools),
                     turn.items,
                     "none",
                 )
-            buffer.append(todo)
+            await append_rendered(buffer, todo, span)
             turn.buffer = buffer
             span.items, span.tokens = len(todo), buffer.encoded
-            span.detail["prompt_tokens"] = len(buffer.ids)
+            span.detail["prompt_tokens"] = len(buffer)
+            span.detail["copied_ids"] = buffer.copied
 
     async def route(self, turn: Turn) -> None:
         req = turn.req
@@ -269,8 +286,12 @@ class Pipeline:
             await self.slots[replica.name].acquire()
         try:
             with turn.trace.stage(Stage.PREFILL) as span:
-                prefill: Prefill = await replica.prefill(model, buffer.prompt(), buffer.block_keys)
+                prefill: Prefill = await replica.prefill(
+                    model, buffer.ids, buffer.block_keys, tail=GENERATION_PROMPT
+                )
                 span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
+                span.detail["hashed_blocks"] = prefill.work.hashed_blocks
+                span.detail["touched_blocks"] = prefill.work.touched_blocks
             turn.prompt_tokens += prefill.prompt_tokens
             turn.cached_tokens += prefill.cached_tokens
             if not req.generate:
@@ -309,13 +330,13 @@ class Pipeline:
                 body = action.text
             for event in opening:
                 await emit(event)
-            ids = encode_text(body)
+            ids = answer_ids(body)
             room = len(ids) if budget is None else max(0, budget - turn.produced)
             sampled = ids[:room]
             async for chunk in clock.pace(sampled):
-                await emit(events.delta(decode(list(chunk))))
+                await emit(events.delta(decode(chunk)))
             turn.produced += len(sampled)
-            turn.output_ids.append(sampled)
+            turn.output_ids.append(list(sampled))
             truncated = len(sampled) < len(ids)
             for event in events.end_item("incomplete" if truncated else "completed"):
                 await emit(event)
@@ -326,11 +347,13 @@ class Pipeline:
     # ------------------------------------------------------------ after inference
 
     async def output_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
+        """Scan the output's text; its tokens are the ones the model sampled (not tokenized again)."""
         with turn.trace.stage(Stage.OUTPUT_SAFETY) as span:
             texts = [
                 content_text(i.get("content")) if i["type"] == "message" else i["arguments"] for i in items
             ]
-            result = scan(texts)
+            sampled = sum(map(len, turn.output_ids))
+            result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts, tokens=sampled)
             span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
             await _sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
 
@@ -346,17 +369,32 @@ class Pipeline:
         return added
 
     def retain(self, turn: Turn) -> None:
-        """Settle the outputs and keep the whole conversation's KV (and rendering) for next time."""
-        assert turn.buffer is not None and turn.replica is not None
+        """Settle the outputs and keep the whole conversation's KV (and rendering) for next time.
+
+        Proportional to what this turn added: the prefix cache hashes the blocks after the
+        buffer's known keys, the render cache keeps a view of the buffer (no copy), and the
+        render cache's running hash reads only the items it has not read yet.
+        """
+        buffer = turn.buffer
+        assert buffer is not None and turn.replica is not None
         with turn.trace.stage(Stage.RETAIN) as span:
+            copied = buffer.copied
             span.tokens = self.settle(turn)
-            turn.buffer.block_keys = turn.replica.retain(turn.buffer.ids, turn.buffer.block_keys)
+            work = CacheWork()
+            buffer.add_block_keys(turn.replica.retain(buffer.ids, buffer.block_keys, work))
+            hashed = 0
             if turn.design.render_cache:
-                hasher = turn.hasher or PrefixHasher(turn.buffer.key)
-                hasher.extend(turn.items[hasher.count :])
+                hasher = turn.hasher or PrefixHasher(buffer.key)
+                hashed = len(hasher.extend(turn.items_from(hasher.count)))
                 turn.hasher = hasher
                 if hasher.last is not None:
-                    self.render_cache.put(hasher.last, turn.buffer)
+                    self.render_cache.put(hasher.last, buffer)
+            span.detail.update(
+                hashed_blocks=work.hashed_blocks,
+                touched_blocks=work.touched_blocks,
+                copied_ids=buffer.copied - copied,
+                hashed_items=hashed,
+            )
 
     def storage(self, turn: Turn) -> None:
         req = turn.req
@@ -400,6 +438,50 @@ class Pipeline:
         """A response that ended early (an error, a disconnect) still pays for its prompt."""
         if not turn.billed and turn.prompt_tokens:
             self.billing.charge_later(self.charge(turn, "cancelled"))
+
+
+# The CPU work of input_safety, render and output_safety runs in a worker thread when the text it
+# works over has at least this many characters (about 8k tokens, a few milliseconds of work):
+# meanwhile the event loop serves everyone else, and tiktoken releases the GIL while it encodes,
+# so the work really runs beside the loop. Smaller inputs stay inline, as every ordinary turn's
+# do: a thread hop costs about 0.1 ms.
+OFF_LOOP_CHARS = 32_768
+
+
+@lru_cache(maxsize=16)
+def answer_ids(text: str) -> tuple[int, ...]:
+    """The ids of an answer the simulated model gives. A real engine hands the API service the
+    tokens it sampled; the simulation tokenizes the text its policy chose instead, once per
+    distinct answer (answers repeat: a room runs the same scenario, asks for the same lengths),
+    so the server's CPU per turn is the service's, not the simulation's. The 16 most recent
+    answers are kept."""
+    return tuple(encode_text(text))
+
+
+def text_chars(items: Sequence[dict[str, Any]]) -> int:
+    """Characters the chat template renders ``items`` to (without its markup)."""
+    return sum(len(header) + len(body) for header, body in map(item_block, items))
+
+
+async def off_loop_if_large(
+    chars: int, span: Span, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
+    """``work(*args, **kwargs)``, in a worker thread when ``chars >= OFF_LOOP_CHARS``.
+
+    ``work`` must not touch what the event loop shares (caches, buffers): it gets its
+    inputs and returns its result. The span notes the threads it used.
+    """
+    if chars < OFF_LOOP_CHARS:
+        return work(*args, **kwargs)
+    span.detail["threads"] = span.detail.get("threads", 0) + 1
+    return await asyncio.to_thread(work, *args, **kwargs)
+
+
+async def append_rendered(buffer: TokenBuffer, items: Sequence[dict[str, Any]], span: Span) -> None:
+    """Render and append ``items``: the tokenizing off the loop when they are large, the
+    appending always on it (views of a buffer share its ids, so only the loop changes them)."""
+    blocks = await off_loop_if_large(text_chars(items), span, encode_items, items)
+    buffer.append_blocks(blocks)
 
 
 async def _sleep(seconds: float) -> None:

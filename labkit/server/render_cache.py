@@ -62,7 +62,8 @@ def prefix_keys(header: str, items: Sequence[dict[str, Any]]) -> list[str]:
 class RenderCache:
     """An LRU of rendered buffers, each stored under the key of the prefix it renders.
 
-    Bounded by the tokens it holds (about 36 bytes each as Python ints), so a
+    Bounded by the tokens it holds (about 36 bytes each as Python ints; buffers that
+    share ids are each counted as if they held their own), so a
     server with many long conversations keeps its memory in check, and by the
     number of buffers, so many tiny conversations do not grow it by their overhead.
     """
@@ -77,15 +78,17 @@ class RenderCache:
         return len(self._buffers)
 
     def put(self, key: str, buffer: TokenBuffer) -> None:
+        """Keep a view of ``buffer`` (a fork: no copy; it shares the ids of a conversation that
+        goes on growing, and still ends where it ends now)."""
         old = self._buffers.pop(key, None)
-        self.tokens -= len(old.ids) if old else 0
+        self.tokens -= len(old) if old else 0
         self._buffers[key] = buffer.fork()
-        self.tokens += len(buffer.ids)
+        self.tokens += len(buffer)
         while len(self._buffers) > 1 and (
             self.tokens > self.capacity_tokens or len(self._buffers) > self.max_entries
         ):
             _, evicted = self._buffers.popitem(last=False)
-            self.tokens -= len(evicted.ids)
+            self.tokens -= len(evicted)
 
     def longest_prefix(self, keys: Sequence[str]) -> tuple[TokenBuffer | None, int]:
         """The cached buffer for the longest known prefix, forked, and how many items it covers."""

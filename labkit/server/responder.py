@@ -23,7 +23,7 @@ async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
     pipeline.validate(turn, body)
     pipeline.hydrate(turn)
     await pipeline.input_safety(turn, pipeline.unseen_input(turn))
-    pipeline.render(turn)
+    await pipeline.render(turn)
     await pipeline.route(turn)
     await pipeline.intermediary(turn)
     pipeline.open_response(turn)
@@ -58,8 +58,9 @@ async def finish(
     await send(terminal)
     if overlapped:
         await pipeline.bill(turn, status)
-    spans = [span.to_json() for span in turn.trace.spans]
-    pipeline.feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))
+    if pipeline.feed.wants(turn.owner):  # the spans' JSON costs more than the rest of finishing
+        spans = [span.to_json() for span in turn.trace.spans]
+        pipeline.feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))
     assert turn.buffer is not None and turn.model is not None and turn.replica is not None
     return Conversation(
         response=turn.response,

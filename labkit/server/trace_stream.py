@@ -77,6 +77,10 @@ class TraceFeed:
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self.subscribers.discard(subscriber)
 
+    def wants(self, owner: str) -> bool:
+        """Whether a trace of ``owner``'s would reach anyone (with no subscriber, none is built)."""
+        return any(s.owner == owner or s.sees_everyone for s in self.subscribers)
+
     def publish(self, owner: str, trace: dict[str, Any]) -> None:
         """Hand a finished response's trace to every subscriber allowed to see it."""
         for subscriber in list(self.subscribers):

@@ -74,6 +74,15 @@ class Turn:
         """The input of this turn: history, new items and (appended rollouts) earlier segments."""
         return self.history + self.new_items + self.appended
 
+    def items_from(self, start: int) -> list[dict[str, Any]]:
+        """``items[start:]``, without joining the history first (only the part asked for is read)."""
+        parts, result = (self.history, self.new_items, self.appended), []
+        for part in parts:
+            if start < len(part):
+                result += part[start:]
+            start = max(0, start - len(part))
+        return result
+
     def unsettled(self) -> tuple[list[dict[str, Any]], list[list[int]]]:
         """Outputs (and their sampled ids) not yet part of ``items``."""
         return self.response["output"][self.settled :], self.output_ids[self.settled :]

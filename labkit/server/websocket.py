@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -261,9 +262,7 @@ class WebSocketSession:
     async def _respond(self, lane: Lane, body: dict[str, Any]) -> None:
         previous = body.get("previous_response_id")
 
-        async def emit(event: Event) -> None:
-            await self.send(event, lane.stream_id)
-
+        emit = functools.partial(self.send, stream_id=lane.stream_id)  # no frame of its own per event
         turn = Turn(design=self.design, owner=self.owner, cached=lane.cache, pinned=self.replica)
         turn.trace.spans.extend(self.setup)
         self.setup = []

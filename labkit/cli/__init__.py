@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from labkit import __version__
+from labkit import __version__, limits
 from labkit.cli.checks import (
     CommandError,
     check_models,
@@ -127,35 +127,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-body-bytes",
         type=positive_count,
-        default=2 * 1024 * 1024,
+        default=limits.MAX_BODY_BYTES,
         metavar="N",
         help="largest HTTP request body; a larger one is a 413",
     )
     p.add_argument(
         "--max-frame-bytes",
         type=positive_count,
-        default=2 * 1024 * 1024,
+        default=limits.MAX_FRAME_BYTES,
         metavar="N",
         help="largest WebSocket frame; a larger one closes the socket with code 1009",
     )
     p.add_argument(
         "--max-output-tokens",
         type=positive_count,
-        default=32_768,
+        default=limits.MAX_OUTPUT_TOKENS,
         metavar="N",
         help="the longest answer the simulated model writes, whatever the request asks for",
     )
     p.add_argument(
         "--max-queued-creates",
         type=positive_count,
-        default=16,
+        default=limits.MAX_QUEUED_CREATES,
         metavar="N",
         help="creates waiting on one WebSocket connection; more are refused (websocket_queue_full)",
     )
     p.add_argument(
         "--max-traces",
         type=positive_count,
-        default=10_000,
+        default=limits.MAX_TRACES,
         metavar="N",
         help="responses whose spans are kept in memory for /v1/labkit/traces",
     )

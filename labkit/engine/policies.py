@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
+from labkit import limits
+
 Item = dict[str, Any]
 
 
@@ -261,7 +263,7 @@ def token_target(text: str) -> str | None:
 DEFAULT_LONG_TOKENS = 2048
 # What the generic policy writes at most in one answer, whatever the client asks for
 # (``labkit serve --max-output-tokens``): the work before the first token stays bounded.
-DEFAULT_MAX_OUTPUT_TOKENS = 32_768
+DEFAULT_MAX_OUTPUT_TOKENS = limits.MAX_OUTPUT_TOKENS
 
 
 def leading_sentences(max_chars: int) -> str:

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 
+from labkit import limits
 from labkit.api.errors import APIError, server_error
 from labkit.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
 from labkit.engine.catalogue import load_catalogue
@@ -40,8 +41,8 @@ from labkit.server.websocket import (
 )
 
 DB_ENV = "LABKIT_DB"
-DEFAULT_MAX_FRAME_BYTES = 2 * 1024 * 1024
-DEFAULT_MAX_TRACES = 10_000
+DEFAULT_MAX_FRAME_BYTES = limits.MAX_FRAME_BYTES
+DEFAULT_MAX_TRACES = limits.MAX_TRACES
 
 
 def default_db() -> Path:

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from labkit import limits
 from labkit.api import safejson
 from labkit.api.errors import APIError, as_api_error, invalid_request, response_not_found, too_large
 from labkit.api.events import Event
@@ -33,7 +34,7 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status)
 
 
-DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = limits.MAX_BODY_BYTES
 
 
 async def read_body(request: Request) -> bytes:

@@ -34,6 +34,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from labkit import limits
 from labkit.api import safejson
 from labkit.api.errors import APIError, as_api_error, invalid_request, rate_limited, server_error
 from labkit.api.events import Event
@@ -53,8 +54,8 @@ STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 MAX_LANES = 32
 MAX_IN_FLIGHT = 16
 DEFAULT_LIFETIME_S = 60 * 60
-DEFAULT_MAX_QUEUED = 16  # creates waiting on one connection (``labkit serve --max-queued-creates``)
-DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024  # ... and the frames they came in, together
+DEFAULT_MAX_QUEUED = limits.MAX_QUEUED_CREATES  # ``labkit serve --max-queued-creates``
+DEFAULT_MAX_QUEUED_BYTES = limits.MAX_QUEUED_BYTES
 
 
 @dataclass

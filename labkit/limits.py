@@ -1,0 +1,13 @@
+"""The defaults of the limits a server puts on what its clients may ask, in one place.
+
+Read by ``labkit serve`` (its flags' defaults) and by the server; docs/protocol.md lists
+them. Nothing here imports anything, so the command line can show them without loading
+the server.
+"""
+
+MAX_BODY_BYTES = 2 * 1024 * 1024  # an HTTP request body; larger is a 413
+MAX_FRAME_BYTES = 2 * 1024 * 1024  # a WebSocket frame; larger closes the socket (1009)
+MAX_OUTPUT_TOKENS = 32_768  # the longest answer the simulated model writes
+MAX_QUEUED_CREATES = 16  # creates waiting on one WebSocket connection
+MAX_QUEUED_BYTES = 16 * 1024 * 1024  # ... and the frames they came in, together
+MAX_TRACES = 10_000  # responses whose spans are kept in memory

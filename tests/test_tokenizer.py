@@ -60,6 +60,13 @@ def test_a_good_copy_loads(tmp_path: Path) -> None:
     assert load_ranks(copy, RANKS_SHA256) == load_ranks()
 
 
+def test_a_copy_with_crlf_line_endings_loads(tmp_path: Path) -> None:
+    # What a Windows checkout without .gitattributes would hold: the same ranks, other bytes.
+    copy = tmp_path / "cl100k_base.tiktoken"
+    copy.write_bytes(RANKS_FILE.read_bytes().replace(b"\n", b"\r\n"))
+    assert load_ranks(copy, RANKS_SHA256) == load_ranks()
+
+
 def test_a_corrupt_copy_is_rejected(tmp_path: Path) -> None:
     data = bytearray(RANKS_FILE.read_bytes())
     data[1000] ^= 0x01  # one flipped bit

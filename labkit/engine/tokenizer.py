@@ -51,6 +51,8 @@ def load_ranks(path: Path = RANKS_FILE, sha256: str = RANKS_SHA256) -> dict[byte
     """Read a ``.tiktoken`` ranks file after checking its SHA-256.
 
     Each line is ``<base64 token bytes> <rank>``, e.g. ``IQ== 0`` is ``b"!" -> 0``.
+    The hash is taken over the lines with ``\n`` endings: a checkout that rewrote them
+    as ``\r\n`` (Git for Windows' default) holds the same ranks and loads.
     """
     try:
         data = path.read_bytes()
@@ -58,6 +60,7 @@ def load_ranks(path: Path = RANKS_FILE, sha256: str = RANKS_SHA256) -> dict[byte
         raise TokenizerFileError(
             f"tokenizer ranks file not found: {path}. Reinstall labkit; the file ships with it."
         ) from exc
+    data = data.replace(b"\r\n", b"\n")  # base64 and digits never hold a CR: only endings change
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
         raise TokenizerFileError(

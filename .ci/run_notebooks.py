@@ -8,7 +8,6 @@ main command builds (it needs the notebooks extra).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -51,7 +50,6 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=90.0, help="seconds a notebook may take")
     args = parser.parse_args()
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
-    os.environ["LABKIT_HEADLESS"] = "1"  # no browser will draw the live plots: do not wait for one
     failed = 0
     for path in paths:
         ok, elapsed, why = run(path, args.limit)

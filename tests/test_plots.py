@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from labkit.analysis import live, plots
+from labkit.analysis import frontend, live, plots
 from labkit.analysis.metrics import turns
 from labkit.client.agent import Rollout
 from labkit.server.handle import LabkitServer
@@ -78,21 +78,26 @@ def test_live_plot_sends_one_batch_per_turn_and_leaves_the_same_data_static(
         # the widget holds exactly what the pure function drew from the turns so far
         api = [round(v, 9) for v in plot.widget.data[0].y]
         assert api == [round(v, 9) for v in turns(rollout.frame())["api"] * 1000][:n]
-    final = plot.finish()  # no browser drew it here: a static figure takes the widget's place
-    html = displayed[0].shown[-1].data
-    assert displayed[0].shown[-1] is not plot.widget
-    assert "<script" in html and "cdn" not in html.split("Plotly.newPlot")[0][-2000:].lower()
-    # the static figure carries the final data
-    for trace in final.data:
-        assert json.dumps([round(v, 6) for v in trace.y]) in _numbers(html)
+    final = plot.finish()  # no front end drew it here: a static figure takes the widget's place
+    left = displayed[0].shown[-1]
+    assert isinstance(left, live.StaticFigure) and left is not plot.widget
+    bundle = left._repr_mimebundle_()
+    # the static figure carries the final data, in both forms
+    drawn = bundle[live.PLOTLY_MIME]["data"]
+    assert [_rounded(t["y"]) for t in drawn] == [_rounded(t.y) for t in final.data]
+    assert [_rounded(t["y"]) for t in _html_spec(bundle["text/html"])["data"]] == [
+        _rounded(t.y) for t in final.data
+    ]
 
 
-def _numbers(html: str) -> str:
-    """The figure's y arrays as they appear in the static HTML's JSON, rounded like the test."""
-    payload = html[html.index("Plotly.newPlot(") :]
-    start = payload.index("[")
-    data = json.JSONDecoder().raw_decode(payload[start:])[0]
-    return " ".join(json.dumps([round(v, 6) for v in trace["y"]]) for trace in data if "y" in trace)
+def _rounded(values: Any) -> list[float]:
+    return [round(v, 6) for v in values]
+
+
+def _html_spec(html: str) -> dict:
+    """The figure as the static HTML's script holds it (``var spec = {...}``)."""
+    start = html.rindex("var spec = ") + len("var spec = ")
+    return json.JSONDecoder().raw_decode(html[start:])[0]
 
 
 async def _shown(plot: live.LivePlot, timeout: float) -> bool:
@@ -103,7 +108,7 @@ def test_a_drawn_widget_stays_live(displayed: list[Handle], monkeypatch: pytest.
     """Once a browser reports the widget drawn, ``shown`` returns and ``finish`` keeps the widget."""
     import asyncio
 
-    monkeypatch.delenv(live.HEADLESS_ENV, raising=False)
+    monkeypatch.setattr(frontend, "_answer", True)  # a front end that draws widgets
     plot = live.LivePlot(plots.turn_buckets).show(None)
     assert asyncio.run(_shown(plot, timeout=0.3)) is False  # nobody drew it yet
     plot.widget._js2py_traceDeltas = {"trace_deltas": [], "trace_edit_id": 0}  # what the browser sends
@@ -112,12 +117,33 @@ def test_a_drawn_widget_stays_live(displayed: list[Handle], monkeypatch: pytest.
     assert displayed[0].shown == [plot.widget]
 
 
+def test_where_nothing_draws_widgets_shown_returns_at_once(
+    displayed: list[Handle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    monkeypatch.setattr(frontend, "_answer", False)  # a headless runner, learnt by the probe
+    plot = live.LivePlot(plots.turn_buckets).show(None)
+    assert asyncio.run(_shown(plot, timeout=60)) is False  # no wait for a browser that never comes
+
+
 def test_static_figures_embed_plotly_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(live, "_plotlyjs_embedded", False)
     fig = plots.design_bars(pd.DataFrame({"design": ["naive"], "e2e_s": [1.0], "ttft_mean_s": [0.1]}))
     first, second = live.static(fig).data, live.static(fig).data
     assert len(first) > 1_000_000 > len(second)  # plotly.js itself, then only the figure
     assert "https://cdn" not in first[:5000]
+
+
+def test_static_figures_need_no_script_where_plotly_is_a_mime_type() -> None:
+    """JupyterLab, Notebook 7 and VS Code draw plotly's own output type with their bundled
+    plotly.js: every static figure carries it, so none depends on another output's script."""
+    fig = plots.design_bars(pd.DataFrame({"design": ["naive"], "e2e_s": [1.0], "ttft_mean_s": [0.1]}))
+    for _ in range(2):
+        bundle = live.static(fig)._repr_mimebundle_()
+        spec = bundle[live.PLOTLY_MIME]
+        assert spec["data"][0]["type"] == "bar" and "layout" in spec
+        assert "<script" not in json.dumps(spec)
 
 
 def test_figures_draw_from_rollouts(frames: dict[str, pd.DataFrame]) -> None:

@@ -3,9 +3,9 @@
 ``LivePlot`` wraps a drawing function from ``labkit.analysis.plots``. In a
 notebook it shows a plotly ``FigureWidget`` and, at each ``update``, redraws
 the figure from the data so far and sends the change in one batch. Where no
-browser drew the widget (a headless run), ``finish`` puts a static copy of the
-last figure in its place (plotly.js embedded, no CDN), so the saved notebook
-and an HTML export of it show the figure offline.
+front end drew the widget (a headless run, a front end without widgets),
+``finish`` puts a static copy of the last figure in its place, so the saved
+notebook and an HTML export of it show the figure offline (see ``static``).
 
     plot = LivePlot(plots.turn_buckets).show(None)     # show before the work starts
     rollout = Rollout("naive")
@@ -21,17 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
+import json
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
+from labkit.analysis.frontend import draws_widgets
 from labkit.analysis.plots import TEMPLATE
 
-HEADLESS_ENV = "LABKIT_HEADLESS"  # set where notebooks run with no browser (CI)
-_plotlyjs_embedded = False  # the first static figure of a session carries plotly.js for the rest
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+CONFIG = {"displaylogo": False}
+_plotlyjs_embedded = False  # the first static figure of a kernel carries plotly.js for its page
 
 
 class LivePlot:
@@ -69,12 +74,13 @@ class LivePlot:
             self.drawn = True
 
     async def shown(self, timeout: float = 15.0) -> bool:
-        """Wait (``await plot.shown()``) until a browser has drawn the widget, so the first
-        updates are seen live: a fresh page takes seconds to load plotly. Returns at once when
-        no browser is watching (``LABKIT_HEADLESS`` set, as in a headless run)."""
+        """Wait (``await plot.shown()``) until a front end has drawn the widget, so the first
+        updates are seen live: a fresh page takes seconds to load plotly. Where nothing draws
+        widgets (a headless runner), it learns so once per kernel (``draws_widgets``) and then
+        returns at once."""
         if self.widget is None:
             raise RuntimeError("show() the plot first")
-        if os.environ.get(HEADLESS_ENV):
+        if not await draws_widgets():
             return False
         deadline = time.monotonic() + timeout
         while not self.drawn and time.monotonic() < deadline:
@@ -118,20 +124,85 @@ async def shown(*plots: LivePlot, timeout: float = 15.0) -> None:
         await plot.shown(timeout=timeout)
 
 
-def static(fig: go.Figure) -> Any:
-    """A figure as self-contained HTML that shows without a kernel or a network.
+class StaticFigure:
+    """A finished figure as an output every front end can draw without a kernel.
 
-    plotly.js (about 4.6 MB) is embedded in the first static figure of a session
-    only; later ones draw with it, as they sit in the same page.
+    It carries two forms and each front end takes the one it renders:
+    ``application/vnd.plotly.v1+json``, drawn by JupyterLab, Notebook 7 and VS Code
+    with the plotly.js they bundle (offline, no script in the output), and HTML for
+    the rest (HTML exports, Colab). The HTML draws with the page's plotly.js: the
+    first static figure of a kernel embeds it (about 4.6 MB), so a notebook run top
+    to bottom exports as one offline page; an output drawn in a frame of its own
+    (Colab) that finds no plotly.js loads it from plotly's CDN.
     """
-    from IPython.display import HTML
 
+    def __init__(self, fig: go.Figure, *, embed_plotlyjs: bool) -> None:
+        self.figure = go.Figure(fig)
+        self.figure.update_layout(template=self.figure.layout.template or TEMPLATE)
+        self.embed_plotlyjs = embed_plotlyjs
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        spec = json.loads(pio.to_json(self.figure, validate=False))
+        return {
+            PLOTLY_MIME: {**spec, "config": CONFIG},
+            "text/html": self.html(),
+            "text/plain": f"<figure: {self.figure.layout.title.text or 'untitled'}>",
+        }
+
+    @property
+    def data(self) -> str:
+        """The HTML form (what an HTML export shows)."""
+        return self.html()
+
+    def html(self) -> str:
+        div = f"labkit-{uuid.uuid4().hex}"
+        spec = pio.to_json(self.figure, validate=False)
+        height = self.figure.layout.height or 450
+        script = _DRAW.format(div=div, spec=spec, config=json.dumps(CONFIG), cdn=_cdn_url())
+        body = f'<div id="{div}" style="width:100%;height:{height}px"></div><script>{script}</script>'
+        return (_embedded_plotlyjs() if self.embed_plotlyjs else "") + body
+
+
+# Draw with the page's plotly.js; a frame of its own without one fetches it (front ends online).
+_DRAW = """(function () {{
+  var spec = {spec}, el = document.getElementById("{div}");
+  var draw = function () {{ window.Plotly.newPlot(el, spec.data, spec.layout, {config}); }};
+  if (window.Plotly) {{ draw(); return; }}
+  var s = document.createElement("script");
+  s.src = "{cdn}";
+  s.onload = draw;
+  s.onerror = function () {{
+    el.textContent = "This figure needs plotly.js, embedded in the notebook's first figure: " +
+      "restart the kernel and run all cells to embed it again.";
+  }};
+  document.head.appendChild(s);
+}})();"""
+
+
+def _cdn_url() -> str:
+    return f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+
+
+def _embedded_plotlyjs() -> str:
+    # Hide an AMD loader (require.js) for a moment, or plotly.js registers with it and
+    # leaves window.Plotly unset.
+    return (
+        "<script>window.__labkitDefine = window.define; window.define = undefined;</script>"
+        f"<script>{get_plotlyjs()}</script>"
+        "<script>window.define = window.__labkitDefine;</script>"
+    )
+
+
+def static(fig: go.Figure) -> StaticFigure:
+    """A figure as an output that shows without a kernel or a network (see ``StaticFigure``).
+
+    plotly.js is embedded in the first static figure of a kernel only; later ones
+    draw with it, as they sit in the same page.
+    """
     global _plotlyjs_embedded
     include = not _plotlyjs_embedded
     _plotlyjs_embedded = True
-    fig = go.Figure(fig)
-    fig.update_layout(template=fig.layout.template or TEMPLATE)
-    return HTML(fig.to_html(full_html=False, include_plotlyjs=include, config={"displaylogo": False}))
+    return StaticFigure(fig, embed_plotlyjs=include)
 
 
 def show(fig: go.Figure) -> None:

@@ -1,0 +1,232 @@
+"""Every figure draws in the front ends a room uses, checked in a real headless Chromium.
+
+Two checks, each per notebook:
+
+- ``notebook7``: Notebook 7's own UI (``jupyter notebook``) opens the notebook,
+  runs all cells, and the page is read: cells run, error outputs, plotly figures
+  drawn (live widgets or static figures), with a screenshot per notebook.
+- ``html``: the notebook is executed headless (``jupyter nbconvert --execute
+  --to html``), the HTML is opened from disk with every network request refused,
+  and each static figure in it must hold a drawn plot.
+
+    python .ci/check_front_ends.py --python .venv/bin/python [--check notebook7|html] [NOTEBOOK ...]
+
+This script needs only ``playwright`` (the Python package; its browser download is
+never used: it drives the system Chromium, ``$CHROMIUM`` or /usr/bin/chromium).
+The project's Python (``--python``) needs the notebooks extra and ``notebook>=7``.
+Exit status 0 when every notebook passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+# ---------------------------------------------------------------- page code (Notebook 7)
+
+JS_READY = """() => {
+  const app = window.jupyterapp;
+  if (!app || !app.shell) return false;
+  const nb = app.shell.currentWidget;
+  if (!nb || !nb.sessionContext || !nb.sessionContext.isReady) return false;
+  const k = nb.sessionContext.session && nb.sessionContext.session.kernel;
+  return !!k && k.status === 'idle' && nb.content.widgets.length > 0;
+}"""
+
+JS_RUN_ALL = """() => {
+  window.__done = false;
+  Promise.resolve(window.jupyterapp.commands.execute('notebook:run-all-cells'))
+    .finally(() => { window.__done = true; });
+  return true;
+}"""
+
+JS_FINISHED = """() => {
+  const nb = window.jupyterapp.shell.currentWidget;
+  const k = nb.sessionContext.session && nb.sessionContext.session.kernel;
+  const running = Array.from(nb.content.node.querySelectorAll('.jp-InputArea-prompt'))
+    .some(e => e.textContent.includes('*'));
+  return window.__done && !running && !!k && k.status === 'idle';
+}"""
+
+JS_REPORT = """() => {
+  const nb = window.jupyterapp.shell.currentWidget;
+  const cells = nb.content.widgets
+    .filter(c => c.model.type === 'code' && c.model.sharedModel.getSource().trim());
+  const errors = [];
+  for (const c of cells)
+    for (const o of c.model.outputs.toJSON())
+      if (o.output_type === 'error') errors.push(`${o.ename}: ${o.evalue}`.slice(0, 300));
+  const node = nb.content.node;
+  const text = node.innerText;
+  return {
+    code_cells: cells.length,
+    cells_run: cells.filter(c => c.model.executionCount).length,
+    errors,
+    widget_errors: ['Error displaying widget', 'Failed to load model class']
+      .filter(t => text.includes(t)),
+    plots: node.querySelectorAll('.js-plotly-plot .main-svg').length,
+  };
+}"""
+
+# ---------------------------------------------------------------- page code (HTML export)
+
+JS_HTML_PLOTS = """() => {
+  const figures = Array.from(document.querySelectorAll('div[id^="labkit-"]'));
+  return {figures: figures.length,
+          drawn: figures.filter(f => f.querySelector('.main-svg')).length,
+          blank: figures.filter(f => !f.querySelector('.main-svg')).map(f => f.textContent.slice(0, 200))};
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chromium() -> str:
+    path = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).exists():
+        sys.exit("check_front_ends: no Chromium found; install Debian's chromium or set CHROMIUM")
+    return path
+
+
+def start_notebook7(python: str, port: int, log: Path) -> subprocess.Popen:
+    cmd = [
+        python, "-m", "jupyter", "notebook", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+        "--allow-root", "--IdentityProvider.token=", "--ServerApp.password=",
+        "--JupyterNotebookApp.expose_app_in_browser=True", f"--ServerApp.root_dir={ROOT / 'notebooks'}",
+    ]
+    process = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT / "notebooks")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=2).read()
+            return process
+        except OSError:
+            time.sleep(0.5)
+    process.terminate()
+    sys.exit(f"check_front_ends: Notebook 7 did not start; see {log}")
+
+
+def check_notebook7(browser, port: int, notebook: Path, out: Path, limit: float) -> dict:
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())  # offline
+    started = time.monotonic()
+    page.goto(f"http://127.0.0.1:{port}/notebooks/{notebook.name}")
+    page.wait_for_function(JS_READY, timeout=120_000, polling=250)
+    page.evaluate(JS_RUN_ALL)
+    page.wait_for_function(JS_FINISHED, timeout=limit * 1000, polling=250)
+    page.wait_for_timeout(1500)  # the last figure's redraw
+    report = page.evaluate(JS_REPORT)
+    report["seconds"] = round(time.monotonic() - started, 1)
+    shot = out / f"notebook7-{notebook.stem}.png"
+    page.screenshot(path=str(shot), full_page=True)
+    report["screenshot"] = str(shot)
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    page.close()
+    report["ok"] = (
+        not report["errors"]
+        and not report["widget_errors"]
+        and report["cells_run"] == report["code_cells"]
+        and (report["plots"] > 0 or _has_no_figures(notebook))
+    )
+    return report
+
+
+def _has_no_figures(notebook: Path) -> bool:
+    source = notebook.read_text(encoding="utf-8")
+    return "LivePlot" not in source and "lab.show(" not in source and "WhatIfLab" not in source
+
+
+def check_html(browser, python: str, notebook: Path, out: Path, limit: float) -> dict:
+    started = time.monotonic()
+    html = out / f"{notebook.stem}.html"
+    run = subprocess.run(
+        [python, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", str(notebook),
+         f"--ExecutePreprocessor.timeout={int(limit)}", "--output-dir", str(out)],
+        capture_output=True, text=True, cwd=notebook.parent,
+    )
+    if run.returncode != 0:
+        return {"ok": False, "why": run.stderr.strip().splitlines()[-1:] or ["nbconvert failed"]}
+    executed = round(time.monotonic() - started, 1)
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    refused: list[str] = []
+
+    def refuse(route) -> None:
+        refused.append(route.request.url[:100])
+        route.abort()
+
+    page.route(re.compile(r"^https?://"), refuse)  # opened offline: nothing from the network
+    page.goto(html.as_uri())
+    page.wait_for_timeout(3000)
+    report = page.evaluate(JS_HTML_PLOTS)
+    shot = out / f"html-{notebook.stem}.png"
+    page.screenshot(path=str(shot), full_page=True)
+    page.close()
+    report.update(seconds_to_execute=executed, screenshot=str(shot), refused=len(refused))
+    report["ok"] = report["figures"] == report["drawn"]
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
+    parser.add_argument("--check", choices=["notebook7", "html", "both"], default="both")
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "labkit-front-ends")
+    parser.add_argument("--limit", type=float, default=180.0, help="seconds one notebook may take")
+    args = parser.parse_args()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("check_front_ends: needs the playwright package (pip install playwright)", file=sys.stderr)
+        return 2
+    notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        if args.check in ("html", "both"):
+            for notebook in notebooks:
+                report = check_html(browser, args.python, notebook, args.out, args.limit)
+                failed += not report["ok"]
+                print(f"[html] {notebook.name}: {json.dumps(report)}", flush=True)
+        if args.check in ("notebook7", "both"):
+            port = free_port()
+            server = start_notebook7(args.python, port, args.out / "notebook7.log")
+            try:
+                for notebook in notebooks:
+                    report = check_notebook7(browser, port, notebook, args.out, args.limit)
+                    failed += not report["ok"]
+                    print(f"[notebook7] {notebook.name}: {json.dumps(report)}", flush=True)
+            finally:
+                server.terminate()
+                server.wait(timeout=20)
+        browser.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

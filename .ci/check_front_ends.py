@@ -86,6 +86,10 @@ JS_REPORT = """() => {
     widget_errors: ['Error displaying widget', 'Failed to load model class']
       .filter(t => text.includes(t)),
     plots: node.querySelectorAll('.js-plotly-plot .main-svg').length,
+    live_plots: node.querySelectorAll('.jupyter-widgets .js-plotly-plot, .widget-subarea .js-plotly-plot')
+      .length,
+    static_plots: node.querySelectorAll('[data-mime-type="application/vnd.plotly.v1+json"] .js-plotly-plot')
+      .length,
   };
 }"""
 
@@ -142,8 +146,12 @@ def check_notebook7(browser, port: int, notebook: Path, out: Path, limit: float)
     report = page.evaluate(JS_REPORT)
     report["seconds"] = round(time.monotonic() - started, 1)
     shot = out / f"notebook7-{notebook.stem}.png"
-    page.screenshot(path=str(shot), full_page=True)
+    page.screenshot(path=str(shot))
     report["screenshot"] = str(shot)
+    plots = page.locator(".js-plotly-plot")
+    for i in range(min(plots.count(), 2)):  # the notebook scrolls inside the page: one shot per plot
+        plots.nth(i).scroll_into_view_if_needed()
+        plots.nth(i).screenshot(path=str(out / f"notebook7-{notebook.stem}-plot{i + 1}.png"))
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
     page.close()
     report["ok"] = (

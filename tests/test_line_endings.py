@@ -15,8 +15,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from labkit.server.handle import LabkitServer
-
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [
     "labkit/engine/cl100k_base.tiktoken",
@@ -52,24 +50,36 @@ def test_shipped_data_stays_byte_exact(crlf_clone: Path, name: str) -> None:
     assert (crlf_clone / name).read_bytes() == (ROOT / name).read_bytes()
 
 
-def test_the_clone_serves_a_response(crlf_clone: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(crlf_clone)  # `python -m` puts the working folder first on sys.path
-    env = {"PYTHONPATH": str(crlf_clone), "LABKIT_DATA": str(crlf_clone / "data")}
+def test_the_clone_serves_a_response(crlf_clone: Path, tmp_path: Path) -> None:
+    # The clone's own code, from its own folder (`python -m` puts the working folder first).
+    env = {**os.environ, "PYTHONPATH": str(crlf_clone), "LABKIT_DATA": str(crlf_clone / "data")}
     where = subprocess.run(
         [sys.executable, "-c", "import labkit.engine.tokenizer as t; print(t.RANKS_FILE)"],
-        env={**os.environ, **env},
+        cwd=crlf_clone,
+        env=env,
         capture_output=True,
         text=True,
         check=True,
     )
-    assert Path(where.stdout.strip()).is_relative_to(crlf_clone)  # the clone's code, not this checkout's
-    with LabkitServer(args=["--profile", "local"], env=env) as server:
+    assert Path(where.stdout.strip()).is_relative_to(crlf_clone)
+    cmd = [sys.executable, "-m", "labkit", "serve", "--port", "0", "--profile", "local"]
+    cmd += ["--db", str(tmp_path / "responses.sqlite3")]
+    server = subprocess.Popen(
+        cmd, cwd=crlf_clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert server.stdout is not None
+        ready = server.stdout.readline()
+        assert ready.startswith("labkit: serving on "), ready
+        base_url = ready.split()[-1]
         answer = httpx.post(
-            f"{server.base_url}/responses",
+            f"{base_url}/responses",
             json={"model": "labkit-spark", "input": "Say hello."},
             headers={"Authorization": "Bearer sk-local"},
             timeout=30,
         )
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "completed"
-

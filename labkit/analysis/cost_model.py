@@ -15,18 +15,20 @@ items, of the output, and the seconds of client tools.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from labkit.api.ids import new_id
 from labkit.api.stages import ClientStep, Stage, bucket_of
 from labkit.designs import Design, Over, Runs, Step, compose
+from labkit.engine import timing
 from labkit.engine.policies import Call, Say, ScriptedPolicy, text_of_tokens
 from labkit.engine.render import encode_block, item_block, system_block
 from labkit.engine.tokenizer import encode_text
@@ -34,7 +36,9 @@ from labkit.scenarios import Scenario
 from labkit.server.profiles import Profile
 
 if TYPE_CHECKING:
+    import httpx
     import pandas as pd
+    from openai import OpenAI
 
 
 @dataclass(frozen=True)
@@ -171,35 +175,79 @@ def _per_unit(work: Callable[[], object], units: int, repeat: int = 3) -> float:
 
 
 def _request_seconds(items: int, tokens_each: int, *, websocket: bool = False) -> float:
-    """What the official SDK spends turning a request (the agent's tools, 8k tokens of
-    instructions, an input list) into what it sends, over HTTP or as a WebSocket event."""
-    from openai._utils._transform import maybe_transform
-    from openai.types.responses import response_create_params
-    from openai.types.responses.responses_client_event_param import ResponsesClientEventParam
-
+    """What the official SDK spends sending a request (the agent's tools, 8k tokens of
+    instructions, an input list): ``responses.create`` over HTTP, through a transport that
+    answers at once, or ``response.create`` in WebSocket mode, to a loopback socket that
+    discards it."""
     from labkit.client.tools import TOOL_SPECS
 
     history = [
         {"type": "function_call_output", "call_id": f"call_{i}", "output": text_of_tokens(tokens_each)}
         for i in range(items)
     ]
-    body = {"model": "m", "input": history, "instructions": text_of_tokens(8000), "tools": TOOL_SPECS}
+    body: dict[str, Any] = {
+        "model": "m",
+        "input": history,
+        "instructions": text_of_tokens(8000),
+        "tools": TOOL_SPECS,
+    }
     if websocket:
-        event, params = {"type": "response.create", **body}, ResponsesClientEventParam
-    else:
-        event, params = {**body, "stream": True}, response_create_params.ResponseCreateParamsStreaming
-    return _per_unit(lambda: json.dumps(maybe_transform(event, params)), 1, repeat=7)
+        with _discarding_socket() as base_url, _sdk(base_url).responses.connect() as conn:
+            return _per_unit(lambda: conn.response.create(**body), 1, repeat=7)
+    import httpx
+
+    client = _sdk("http://127.0.0.1:9/v1", httpx.MockTransport(_empty_stream))
+    try:
+        return _per_unit(lambda: client.responses.create(stream=True, **body).close(), 1, repeat=7)
+    finally:
+        client.close()
+
+
+def _sdk(base_url: str, transport: httpx.BaseTransport | None = None) -> OpenAI:
+    import httpx
+    from openai import OpenAI
+
+    http = httpx.Client(transport=transport) if transport else None
+    return OpenAI(base_url=base_url, api_key="measure", max_retries=0, http_client=http)
+
+
+def _empty_stream(request: httpx.Request) -> httpx.Response:
+    """An SSE answer with no events: the SDK's cost ends where the network's would begin."""
+    import httpx
+
+    request.read()
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=b"")
+
+
+@contextmanager
+def _discarding_socket() -> Iterator[str]:
+    """A WebSocket server on loopback that reads and drops every frame; yields its base URL."""
+    from websockets.sync.server import ServerConnection, serve
+
+    def drop(ws: ServerConnection) -> None:
+        for _ in ws:
+            pass
+
+    with serve(drop, "127.0.0.1", 0, max_size=None) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/v1"
+        finally:
+            server.shutdown()
+            thread.join()
 
 
 def _timer_overrun(sleeps: int = 20, seconds: float = 0.002) -> float:
-    """How late ``asyncio.sleep`` wakes on this machine, on average (the server models every
-    delay with one; the event loop waits in whole milliseconds)."""
+    """How late a modeled delay wakes on this machine, on average: the server's own sleep
+    (``labkit.engine.timing.sleep``), measured after it has calibrated to this timer."""
 
     async def late() -> float:
+        await timing.calibrate()
         total = 0.0
         for _ in range(sleeps):
             start = time.perf_counter()
-            await asyncio.sleep(seconds)
+            await timing.sleep(seconds)
             total += time.perf_counter() - start - seconds
         return total / sleeps
 

@@ -201,6 +201,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="server processes sharing the port, for a bigger room: stored responses and billing "
         "are shared through --db; each worker has its own connections, engine, caches and traces",
     )
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="shut down when standard input closes: the process that started the server has exited, "
+        "even if it was killed",
+    )
+    p.add_argument(
+        "--remove-with-parent",
+        metavar="DIR",
+        help="with --exit-with-parent: remove this folder (the parent's temporary one) once the "
+        "parent is gone and the server has stopped",
+    )
     p.set_defaults(func=serve, command_parser=p)
 
     compare_help = "run every design on one scenario at several model speeds"

@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import os
+import shutil
 import socket
+import threading
+from typing import Any
 
 from labkit.cli.checks import CommandError, check_db, check_keys, check_models, check_profile
 from labkit.paths import default_data_dir
 from labkit.server.auth import keys_from_env
 
 READY_LINE = "labkit: serving on http://{host}:{port}/v1"
-
+PARENT_GONE_GRACE_S = 5.0  # how long open connections may hold up a shutdown nobody will cut short
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -58,7 +62,7 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from labkit.server.app import ServerConfig, create_app
-    from labkit.server.network import TrackedH11Protocol
+    from labkit.server.network import TrackedHTTP
     from labkit.server.trace_stream import instructor_keys_from_env
 
     config = ServerConfig(
@@ -80,12 +84,18 @@ def serve(args: argparse.Namespace) -> None:
     if args.db:
         config.db = args.db
     check_db(config.db)
+    if args.workers > 1 and not hasattr(os, "fork"):
+        # Workers are forked (they share the bound socket): without fork, one process serves all.
+        print(f"labkit: --workers {args.workers} needs fork (Linux, macOS); serving with one process")
+        args.workers = 1
     if args.workers > 1 and config.db == ":memory:":
         raise CommandError(
             "--workers shares stored responses and billing through the database file; "
             "with --db :memory: each worker would have its own, so pass a file with --db"
         )
     check_keys(args.host, config.api_keys, allow_no_keys=args.allow_no_keys)
+    if args.remove_with_parent and not args.exit_with_parent:
+        raise CommandError("--remove-with-parent needs --exit-with-parent")
     # Bind first, so the port (even 0, "any free port") is known before announcing readiness.
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
@@ -96,25 +106,67 @@ def serve(args: argparse.Namespace) -> None:
             lifespan="on",
             ws_ping_interval=None,
             ws_max_size=args.max_frame_bytes,  # a larger frame is refused: close code 1009
-            http=TrackedH11Protocol,
+            http=TrackedHTTP,
         )
     )
 
-    if args.workers > 1:
-        from labkit.server.workers import WorkersError, serve_workers
+    parent_gone = threading.Event()
+    try:
+        if args.workers > 1:
+            from labkit.server.workers import WorkersError, serve_workers
 
-        try:
-            serve_workers(server, sock, args.workers, config.db, READY_LINE.format(host=args.host, port=port))
-        except WorkersError as e:
-            raise CommandError(str(e), status=1) from None
-        return
+            ready_line = READY_LINE.format(host=args.host, port=port)
+            lifeline = 0 if args.exit_with_parent else None  # standard input's descriptor
+            try:
+                if serve_workers(server, sock, args.workers, config.db, ready_line, lifeline=lifeline):
+                    parent_gone.set()
+            except WorkersError as e:
+                raise CommandError(str(e), status=1) from None
+            return
 
-    async def run() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.01)
-        if server.started:
-            print(READY_LINE.format(host=args.host, port=port), flush=True)
-        await task
+        if args.exit_with_parent:
+            watch_parent(0, server, parent_gone)
 
-    asyncio.run(run())
+        async def run() -> None:
+            task = asyncio.create_task(server.serve(sockets=[sock]))
+            while not server.started and not task.done():
+                await asyncio.sleep(0.01)
+            if server.started:
+                print(READY_LINE.format(host=args.host, port=port), flush=True)
+            await task
+
+        asyncio.run(run())
+    finally:
+        # Only once the parent is gone: while it lives the folder is its own (it restarts the
+        # server on the same database, and removes the folder itself when it closes).
+        if parent_gone.is_set() and args.remove_with_parent:
+            shutil.rmtree(args.remove_with_parent, ignore_errors=True)
+
+
+def watch_parent(fd: int, server: Any, gone: threading.Event) -> threading.Thread:
+    """``--exit-with-parent`` for one process: stop ``server`` (a uvicorn.Server) once the pipe on
+    ``fd`` ends, as SIGTERM would, and set ``gone``.
+
+        watch_parent(0, server, parent_gone)   # 0: standard input, the parent's pipe
+
+    Only the parent holds the pipe's other end and never writes to it, so its end means the parent
+    has exited, however it ended (even SIGKILL); this works alike on Linux, macOS and Windows. A
+    thread rather than the event loop, because Windows' loops cannot watch a pipe.
+    """
+
+    def run() -> None:
+        while True:
+            try:
+                if not os.read(fd, 65536):  # the end of the pipe (anything written is ignored)
+                    break
+            except OSError:  # Windows reports a pipe whose writer has gone as an error
+                break
+        gone.set()
+        if server.config.timeout_graceful_shutdown is None:
+            # Nobody will kill this server after a grace period: bound the wait for clients here.
+            server.config.timeout_graceful_shutdown = PARENT_GONE_GRACE_S
+        server.should_exit = True  # uvicorn's main loop looks at it every 0.1 s, as on SIGTERM
+
+    thread = threading.Thread(target=run, name="labkit-exit-with-parent", daemon=True)
+    thread.start()
+    return thread

@@ -20,6 +20,9 @@ and its children can write to; from Linux 6.7 it also refuses TCP connects and b
 6.12 signals to processes outside the run. Reads are not restricted: Python needs its standard
 library and site-packages. Where Landlock is missing (an older kernel, another OS, a container
 that filters the system calls) the command runs with the limits alone.
+
+The file imports on every OS (``resource`` is imported when limits are lowered, and exists on
+Linux and macOS only); on Windows ``labkit.client.tools`` does not run it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import resource
 import struct
 import sys
 from typing import Any
@@ -123,7 +125,12 @@ def _user_tasks() -> int | None:
 
 
 def lower_limits(limits: dict[str, int], extra_processes: int | None = None) -> None:
-    """Lower each named limit (soft and hard) to its value; a limit already lower stays."""
+    """Lower each named limit (soft and hard) to its value; a limit already lower stays.
+
+    A limit this system does not have, or refuses to set (macOS for some), is left as it is.
+    """
+    import resource  # POSIX only: imported here so the module still imports on Windows
+
     wanted = dict(limits)
     if extra_processes is not None and hasattr(resource, "RLIMIT_NPROC"):
         tasks = _user_tasks()
@@ -135,7 +142,10 @@ def lower_limits(limits: dict[str, int], extra_processes: int | None = None) -> 
             continue  # not on this system
         _, hard = resource.getrlimit(which)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(which, (value, value))
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):  # the kernel refuses this one; the others still apply
+            continue
 
 
 def main(argv: list[str]) -> None:

@@ -34,6 +34,12 @@ is a regular file with no other hard link (one could be a file outside; a FIFO w
   delete files only inside the sandbox (and write to /dev/null); from Linux 6.7 it cannot open
   or accept TCP connections, and from 6.12 it cannot signal processes outside the run.
 
+**Per OS.** All of the above holds on Linux with Landlock. macOS (and Linux without Landlock)
+has the limits and the group kill but not the write restriction. Windows has neither limits nor
+Landlock: the test run starts in a new process group, and at the time limit its process tree is
+killed (``taskkill /T /F``); what it leaves running after a normal exit outlives the call. The
+first tool call of a process where something is missing says what, once (``SandboxWarning``).
+
 What the test run can still do: read any file the user running labkit can read, and print it
 into its output, which goes to the model; use UDP and Unix sockets (and TCP without Landlock);
 without Landlock, write wherever the user can (``/tmp``, the real home by its absolute path);
@@ -58,11 +64,14 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from labkit.client import confine
 from labkit.paths import default_data_dir
 
 SAMPLE_REPO = default_data_dir() / "sample_repo"
@@ -87,13 +96,67 @@ TEST_LIMITS = {
 TEST_EXTRA_PROCESSES = 64  # processes (threads count) it may start beyond the user's current ones
 MAX_TEST_OUTPUT = 64_000  # characters of test output shown, the end kept (the summary is there)
 CONFINE = Path(__file__).with_name("confine.py")
-POSIX = os.name == "posix"
+# What the test run can be confined with here (tests set them to check another OS's path).
+POSIX = os.name == "posix"  # resource limits (confine.py) and a process group killed whole
+WINDOWS = os.name == "nt"  # a new process group, its tree killed by taskkill
+PLATFORM = sys.platform
+# Windows' Python needs these to start (SYSTEMROOT: sockets, random numbers); none is secret.
+TEST_ENV_KEEP_WINDOWS = ("SYSTEMROOT", "WINDIR", "COMSPEC", "PATHEXT")
 
 Tool = Callable[..., str]
 
 
 class ToolError(Exception):
     """A tool could not do what it was asked; its message goes back to the model as text."""
+
+
+class SandboxWarning(UserWarning):
+    """A protection of the tool sandbox that this platform does not have (said once a process)."""
+
+
+_OS_NAMES = {"win32": "Windows", "cygwin": "Windows", "darwin": "macOS"}
+
+
+def sandbox_gaps(platform: str, *, posix: bool, landlock_abi: int) -> str | None:
+    """What the tool sandbox does not protect on ``platform`` (a ``sys.platform`` value), in one
+    line; None where it has every protection the module's docstring lists.
+
+    >>> print(sandbox_gaps("win32", posix=False, landlock_abi=0))  # doctest: +ELLIPSIS
+    labkit: tool sandbox on Windows: no resource limits, no Landlock; tools are confined ...
+    >>> sandbox_gaps("linux", posix=True, landlock_abi=4) is None
+    True
+    """
+    linux = platform.startswith("linux")
+    name = "Linux" if linux else _OS_NAMES.get(platform, platform)
+    if not posix:
+        return (
+            f"labkit: tool sandbox on {name}: no resource limits, no Landlock; tools are confined to "
+            "their folder by path checks only, and a test run's process tree is killed at its time limit"
+        )
+    if landlock_abi < 1:
+        why = " (a kernel before 5.13, or the calls are filtered)" if linux else ""
+        return (
+            f"labkit: tool sandbox on {name}: no Landlock{why}; a test run can write wherever your user "
+            "can (resource limits and the process-group kill still apply)"
+        )
+    return None
+
+
+_gaps_lock = threading.Lock()
+_gaps_told = False
+
+
+def _tell_sandbox_gaps() -> None:
+    """Warn of what this platform does not protect, at the first tool call of the process only."""
+    global _gaps_told
+    with _gaps_lock:  # the agent client runs rollouts on threads
+        if _gaps_told:
+            return
+        _gaps_told = True
+    abi = confine.landlock_abi() if POSIX else 0
+    gaps = sandbox_gaps(PLATFORM, posix=POSIX, landlock_abi=abi)
+    if gaps:
+        warnings.warn(gaps, SandboxWarning, stacklevel=3)
 
 
 def is_error(output: str) -> bool:
@@ -225,7 +288,9 @@ def _walk(sandbox: Sandbox, root: Path) -> Iterator[Path]:
 def _open_file(target: Path, shown: str, flags: int) -> int:
     """Open a file already found inside the sandbox, refusing what could lead out of it since."""
     # O_NOFOLLOW: a symlink swapped in after the check; O_NONBLOCK: a FIFO must not hang the tool.
+    # O_BINARY (Windows): bytes as they are, no newline translation, no stop at Ctrl-Z.
     extra = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    extra |= getattr(os, "O_BINARY", 0)
     fd = os.open(target, flags | extra)
     try:
         info = os.fstat(fd)
@@ -418,6 +483,7 @@ def run_tests(sandbox: Sandbox, *, timeout_s: float | None = None) -> str:
     ...     print(run_tests(box).splitlines()[-1])
     exit status: 1 (failed)
     """
+    _tell_sandbox_gaps()
     limit = next(t for t in (timeout_s, sandbox.test_timeout_s, TEST_TIMEOUT_S) if t is not None)
     env = confined_environment(home=sandbox.fresh_dir("home"), tmp=sandbox.fresh_dir("tmp"))
     command = [sys.executable, *TEST_COMMAND]
@@ -440,7 +506,7 @@ def run_tests(sandbox: Sandbox, *, timeout_s: float | None = None) -> str:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=POSIX,  # its own process group, killed whole below
+            **_new_process_group(),  # killed whole below
         )
         try:
             finished = _exited(process, limit)
@@ -464,6 +530,9 @@ def run_tests(sandbox: Sandbox, *, timeout_s: float | None = None) -> str:
 def confined_environment(*, home: Path, tmp: Path) -> dict[str, str]:
     """The test run's variables: the allow-list's, a private HOME and TMPDIR, Python's settings."""
     env = {key: os.environ[key] for key in TEST_ENV_KEEP if key in os.environ}
+    if WINDOWS:
+        env.update({key: os.environ[key] for key in TEST_ENV_KEEP_WINDOWS if key in os.environ})
+        env["USERPROFILE"] = str(home)  # where Path.home() looks on Windows
     env.setdefault("PATH", os.defpath)
     env.update(
         HOME=str(home),
@@ -504,13 +573,40 @@ def _exited(process: subprocess.Popen[bytes], limit_s: float) -> bool:
     return True
 
 
+def _new_process_group() -> dict[str, Any]:
+    """``Popen`` arguments that start the test run in a process group of its own."""
+    if WINDOWS:
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]
+    return {"start_new_session": POSIX}
+
+
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
     """Kill the test run and everything it started that stayed in its process group."""
-    if not POSIX:
+    if WINDOWS:
+        _kill_tree(process)
+    elif POSIX:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    else:
         process.kill()
+
+
+def _kill_tree(process: subprocess.Popen[bytes]) -> None:
+    """Windows: kill the process and its descendants (``taskkill /T``), else the process alone."""
+    if process.poll() is not None:  # exited: its pid may already be another process's
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            ["taskkill", "/T", "/F", "/PID", str(process.pid)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    if process.poll() is None:  # no taskkill (or it failed): at least the run itself
+        with contextlib.suppress(OSError):
+            process.kill()
 
 
 def _relative_output(raw: bytes | str, sandbox: Sandbox) -> str:
@@ -595,6 +691,7 @@ def run_tool(sandbox: Sandbox, name: str, arguments_json: str) -> str:
     error: arguments are not valid JSON: Expecting value at line 1 column 10
     error: unknown tool 'delete_everything' (available: list_files, read_file, search, apply_patch, run_tests)
     """
+    _tell_sandbox_gaps()
     tool, spec = TOOLS.get(name), SPECS_BY_NAME.get(name)
     if tool is None or spec is None:
         return f"{ERROR_PREFIX}unknown tool {name!r} (available: {', '.join(TOOLS)})"

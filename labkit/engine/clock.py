@@ -30,6 +30,8 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from labkit.engine import timing
+
 
 def due_count(start: float, tps: float, now: float) -> int:
     """How many tokens are due by ``now`` (token i is due at start + (i+1)/tps)."""
@@ -106,7 +108,10 @@ class DecodeClock:
                 release = self._next_release(self.released + len(tokens) - sent - 1)
                 due = due_count(self.start, self.tps, now) - self.released
                 if due <= 0 or now < release:  # not yet (or woken early): sleep until it is
-                    await asyncio.sleep(max(0.0, release - now))
+                    if release > now:  # not a coarse (Windows) tick late: see labkit.engine.timing
+                        await timing.sleep(release - now, now=self._now)
+                    else:  # due by the deadline, not by the count (float rounding): let the loop run
+                        await asyncio.sleep(0)
                     continue
                 take = min(due, len(tokens) - sent)
                 # The grid point this delta belongs to, not the wake-up: a late wake-up keeps

@@ -7,10 +7,10 @@ model's ``prefill_tps`` and ``decode_tps``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from labkit.engine import timing
 from labkit.engine.catalogue import ModelSpec
 from labkit.engine.clock import DecodeClock
 from labkit.engine.prefix_cache import CacheWork, PrefixCache
@@ -49,7 +49,7 @@ class Replica:
         prompt_tokens = len(tokens) + len(tail)
         seconds = model.prefill_seconds(prompt_tokens - cached)
         if seconds > 0:
-            await asyncio.sleep(seconds)
+            await timing.sleep(seconds)
         self.cache.insert(tokens, known, tail=tail, work=work)
         return Prefill(prompt_tokens, cached, seconds, work)
 

@@ -20,6 +20,7 @@ from labkit.api.errors import APIError, server_error
 from labkit.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
 from labkit.engine.catalogue import load_catalogue
 from labkit.engine.policies import DEFAULT_MAX_OUTPUT_TOKENS, GenericPolicy
+from labkit.engine.timing import calibrate
 from labkit.engine.tokenizer import encoding
 from labkit.paths import default_data_dir
 from labkit.server import http
@@ -27,10 +28,12 @@ from labkit.server.auth import KeyLimiter, Keys, RequestsPerKey
 from labkit.server.billing import Ledger
 from labkit.server.compact import compact_endpoint
 from labkit.server.database import Database
+from labkit.server.datadir import DB_ENV, default_db
 from labkit.server.http import DEFAULT_MAX_BODY_BYTES
 from labkit.server.pipeline import Pipeline
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server.store import ResponseStore
+from labkit.server.timer import raise_resolution, restore_resolution
 from labkit.server.trace_stream import stream_traces
 from labkit.server.traces import TraceStore
 from labkit.server.websocket import (
@@ -40,14 +43,8 @@ from labkit.server.websocket import (
     websocket_endpoint,
 )
 
-DB_ENV = "LABKIT_DB"
 DEFAULT_MAX_FRAME_BYTES = limits.MAX_FRAME_BYTES
 DEFAULT_MAX_TRACES = limits.MAX_TRACES
-
-
-def default_db() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "labkit" / "responses.sqlite3"
 
 
 @dataclass
@@ -122,11 +119,15 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         app.state.max_queued_bytes = max(2 * config.max_frame_bytes, DEFAULT_MAX_QUEUED_BYTES)
         app.state.limits = KeyLimiter(config.max_connections_per_key, config.max_requests_per_key)
         app.state.instructors = {Keys().owner(f"Bearer {key}") for key in config.instructor_keys}
+        fine_timer = raise_resolution()  # Windows: 1 ms ticks, so a 4 ms hop does not take 16 ms
+        await calibrate()  # the loop's timer step, measured now rather than in the first request
         try:
             yield
         finally:
             await app.state.pipeline.billing.drain()
             database.close()
+            if fine_timer:
+                restore_resolution()
 
     return Starlette(
         routes=ROUTES,

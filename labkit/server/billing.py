@@ -16,6 +16,7 @@ import contextlib
 import time
 from dataclasses import astuple, dataclass
 
+from labkit.engine import timing
 from labkit.server.database import Database
 
 # Overlapped charges in flight at once. One at a time would cap a server at 1 / hop charges
@@ -83,7 +84,7 @@ class Billing:
     async def charge(self, charge: Charge) -> None:
         """Blocking: the caller waits for the billing service and the write."""
         if self.hop_s:
-            await asyncio.sleep(self.hop_s)
+            await timing.sleep(self.hop_s)  # the modeled hop, exact on a coarse timer too
         self.ledger.record(charge)
 
     def charge_later(self, charge: Charge) -> None:

@@ -18,7 +18,6 @@ is self-contained and sealed to the key (``labkit.api.compaction``), so it serve
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from labkit.api.ids import new_id
 from labkit.api.requests import CompactRequest, check_new_items, parse_compact
 from labkit.api.responses import usage
 from labkit.api.stages import Stage
+from labkit.engine import timing
 from labkit.engine.catalogue import ModelSpec, UnknownModel
 from labkit.engine.render import GENERATION_PROMPT, TokenBuffer, content_text, encode_block, item_block
 from labkit.engine.tokenizer import decode, encode_text
@@ -135,7 +135,7 @@ def _window(pipeline: Pipeline, owner: str, req: CompactRequest) -> list[Item]:
 async def _model(pipeline: Pipeline, name: str) -> ModelSpec:
     model = pipeline.router.cached_config(name)
     if model is None:
-        await asyncio.sleep(pipeline.profile.routing.model_config_hop_ms / 1000)
+        await timing.sleep(pipeline.profile.routing.model_config_hop_ms / 1000)
         try:
             model = pipeline.router.fetch_config(name)
         except UnknownModel as exc:

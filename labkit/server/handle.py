@@ -7,6 +7,14 @@ The server runs in its own process so that notebook kernels and test code do
 not share its event loop or distort its timings. Everything here is
 synchronous and blocks only on the subprocess, so it works inside a running
 event loop (a Jupyter kernel) without patching asyncio.
+
+In a notebook, the server outlives an Interrupt and dies with its kernel: it
+runs in a process group (session) of its own, so the SIGINT a front end sends
+to the kernel's group does not reach it; and with ``exit_with_parent`` (the
+default) it runs ``labkit serve --exit-with-parent``, whose standard input is a
+pipe only this process holds: when the kernel exits, however (even SIGKILL, or
+a restart), the pipe ends, the server shuts down as on SIGTERM and removes the
+temporary folder of its database.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import time
 from collections import deque
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 READY = re.compile(r"labkit: serving on (http://\S+)/v1")
 
@@ -40,7 +49,9 @@ class LabkitServer:
         server.close()                       # ... and stop in the last one
 
     ``workers=N`` runs ``labkit serve --workers N`` (see ``labkit.server.workers``);
-    ``processes()`` lists the server's process ids, workers included.
+    ``processes()`` lists the server's process ids, workers included. With
+    ``exit_with_parent`` (the default) the server stops by itself once this process
+    has exited, even if it was killed, and removes the temporary database folder.
     """
 
     def __init__(
@@ -53,10 +64,12 @@ class LabkitServer:
         env: dict[str, str] | None = None,
         timeout: float = 30.0,
         workers: int = 1,
+        exit_with_parent: bool = True,
     ) -> None:
         self.host = host
         self.port = port
         self.workers = workers  # server processes on the port (``labkit serve --workers``)
+        self.exit_with_parent = exit_with_parent  # ``labkit serve --exit-with-parent``
         self._tmp: tempfile.TemporaryDirectory | None = None
         if db is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="labkit-")
@@ -87,9 +100,20 @@ class LabkitServer:
         cmd += ["--db", str(self.db), *self.args]
         if self.workers > 1:
             cmd += ["--workers", str(self.workers)]
+        if self.exit_with_parent:
+            cmd += ["--exit-with-parent"]
+            if self._tmp is not None:
+                cmd += ["--remove-with-parent", self._tmp.name]
         env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+            cmd,
+            # The lifeline: only this process holds the other end (never written), so it ends with it.
+            stdin=subprocess.PIPE if self.exit_with_parent else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            **_own_process_group(),
         )
         ready = threading.Event()
         threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
@@ -128,6 +152,8 @@ class LabkitServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process is not None and self.process.stdin is not None:
+            self.process.stdin.close()  # only now: before, the server would take it for this process's end
         self.url = None
 
     def restart(self) -> LabkitServer:
@@ -152,6 +178,17 @@ class LabkitServer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _own_process_group() -> dict[str, Any]:
+    """Popen's arguments for a process group of the server's own, so that the SIGINT a notebook's
+    Interrupt sends to the kernel's group (or Ctrl-C to a terminal's) does not stop it.
+
+        subprocess.Popen(cmd, **_own_process_group())
+    """
+    if sys.platform == "win32":
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}
 
 
 def _children(pid: int) -> list[int]:

@@ -7,14 +7,19 @@ when a request arrives on a connection the server has not seen before. Whether
 a connection is new is read off the real socket (the client's address and
 port), so a client that opens a fresh connection per request pays for it and
 one that keeps its connection alive does not.
+
+The HTTP server learns that a connection closed from asyncio itself: ``TrackedHTTP`` is a
+protocol that wraps, by composition, the one uvicorn resolves for its ``--http`` setting,
+and forwards every call of the asyncio protocol interface to it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import weakref
 from collections import OrderedDict
-
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from typing import Any
 
 # Enough to remember every live connection of a busy workshop.
 MAX_REMEMBERED = 65_536
@@ -52,10 +57,67 @@ class ConnectionTracker:
 _TRACKERS: weakref.WeakSet[ConnectionTracker] = weakref.WeakSet()
 
 
-class TrackedH11Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, which also reports closed connections to the trackers."""
+def client_of(transport: asyncio.BaseTransport) -> tuple[str, int] | None:
+    """The (host, port) of a connection's peer, as the ASGI scope's ``client`` gives it."""
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return str(peer[0]), int(peer[1])
+    return None  # a Unix socket: no port to remember
+
+
+@functools.cache
+def http_protocol(http: str) -> type[asyncio.Protocol]:
+    """The protocol class uvicorn itself uses for ``Config(http=...)`` ("h11", "httptools", "auto")."""
+    import uvicorn
+
+    async def no_app(scope: Any, receive: Any, send: Any) -> None:
+        """Never called: the config is loaded only to resolve its protocol."""
+
+    config = uvicorn.Config(no_app, http=http, log_config=None, lifespan="off")
+    config.load()
+    resolved = config.http_protocol_class
+    # A buffered protocol reads through get_buffer/buffer_updated, which plain forwarding would lose.
+    if not issubclass(resolved, asyncio.Protocol) or issubclass(resolved, asyncio.BufferedProtocol):
+        raise TypeError(f"uvicorn's {http!r} HTTP protocol {resolved!r} is not a plain asyncio.Protocol")
+    return resolved
+
+
+class TrackedHTTP(asyncio.Protocol):
+    """uvicorn's HTTP/1.1 protocol (h11), which also reports closed connections to the trackers.
+
+    Pass the class as ``uvicorn.Config(http=TrackedHTTP)``: uvicorn builds one per connection
+    with its own arguments, handed on unchanged to the protocol it wraps.
+    """
+
+    http = "h11"  # the --http setting wrapped: the same parser labkit always served with
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.inner = http_protocol(self.http)(*args, **kwargs)
+        self.client: tuple[str, int] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.client = client_of(transport)
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
         for tracker in list(_TRACKERS):
             tracker.forget(self.client)
-        super().connection_lost(exc)
+        self.inner.connection_lost(exc)
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else uvicorn asks of its protocol (shutdown, flags) is the wrapped one's.
+        if name == "inner":  # not built yet: no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)

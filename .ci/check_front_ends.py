@@ -2,14 +2,15 @@
 
 Two checks, each per notebook:
 
-- ``notebook7``: Notebook 7's own UI (``jupyter notebook``) opens the notebook,
-  runs all cells, and the page is read: cells run, error outputs, plotly figures
-  drawn (live widgets or static figures), with a screenshot per notebook.
+- ``notebook7`` and ``lab``: Notebook 7's own UI (``jupyter notebook``), or
+  JupyterLab, opens the notebook, runs all cells, and the page is read: cells
+  run, error outputs, plotly figures drawn, with screenshots; ``seconds`` is
+  the run, from "Run All" to the last cell done.
 - ``html``: the notebook is executed headless (``jupyter nbconvert --execute
   --to html``), the HTML is opened from disk with every network request refused,
   and each static figure in it must hold a drawn plot.
 
-    python .ci/check_front_ends.py --python .venv/bin/python [--check notebook7|html] [NOTEBOOK ...]
+    python .ci/check_front_ends.py --python .venv/bin/python [--check notebook7|lab|html] [NOTEBOOK ...]
 
 This script needs only ``playwright`` (the Python package; its browser download is
 never used: it drives the system Chromium, ``$CHROMIUM`` or /usr/bin/chromium).
@@ -20,6 +21,7 @@ Exit status 0 when every notebook passed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -79,17 +81,17 @@ JS_REPORT = """() => {
       if (o.output_type === 'error') errors.push(`${o.ename}: ${o.evalue}`.slice(0, 300));
   const node = nb.content.node;
   const text = node.innerText;
+  const drawn = Array.from(node.querySelectorAll('.js-plotly-plot'))
+    .filter(p => p.querySelector('.main-svg'));
   return {
     code_cells: cells.length,
     cells_run: cells.filter(c => c.model.executionCount).length,
     errors,
     widget_errors: ['Error displaying widget', 'Failed to load model class']
       .filter(t => text.includes(t)),
-    plots: node.querySelectorAll('.js-plotly-plot .main-svg').length,
-    live_plots: node.querySelectorAll('.jupyter-widgets .js-plotly-plot, .widget-subarea .js-plotly-plot')
-      .length,
-    static_plots: node.querySelectorAll('[data-mime-type="application/vnd.plotly.v1+json"] .js-plotly-plot')
-      .length,
+    plots: drawn.length,
+    // a static figure is drawn by plotly's own renderer; the rest are live widgets
+    static_plots: drawn.filter(p => p.closest('.jp-RenderedPlotly')).length,
   };
 }"""
 
@@ -116,11 +118,20 @@ def chromium() -> str:
     return path
 
 
-def start_notebook7(python: str, port: int, log: Path) -> subprocess.Popen:
+# The front ends: the server command, the setting that exposes the app to page code, the page.
+FRONT_ENDS = {
+    "notebook7": ("notebook", "--JupyterNotebookApp.expose_app_in_browser=True", "notebooks"),
+    "lab": ("lab", "--LabApp.expose_app_in_browser=True", "lab/tree"),
+}
+
+
+def start_front_end(python: str, kind: str, port: int, log: Path) -> subprocess.Popen:
+    """``jupyter notebook`` or ``jupyter lab`` on loopback, no token, serving notebooks/."""
+    app, expose, _ = FRONT_ENDS[kind]
     cmd = [
-        python, "-m", "jupyter", "notebook", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+        python, "-m", "jupyter", app, "--no-browser", f"--port={port}", "--ip=127.0.0.1",
         "--allow-root", "--IdentityProvider.token=", "--ServerApp.password=",
-        "--JupyterNotebookApp.expose_app_in_browser=True", f"--ServerApp.root_dir={ROOT / 'notebooks'}",
+        expose, f"--ServerApp.root_dir={ROOT / 'notebooks'}",
     ]
     process = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT / "notebooks")
     deadline = time.monotonic() + 60
@@ -131,27 +142,35 @@ def start_notebook7(python: str, port: int, log: Path) -> subprocess.Popen:
         except OSError:
             time.sleep(0.5)
     process.terminate()
-    sys.exit(f"check_front_ends: Notebook 7 did not start; see {log}")
+    sys.exit(f"check_front_ends: jupyter {app} did not start; see {log}")
 
 
-def check_notebook7(browser, port: int, notebook: Path, out: Path, limit: float) -> dict:
+try:
+    from playwright.sync_api import Error as PlaywrightError
+except ImportError:  # main() says what to install
+    PlaywrightError = Exception
+
+
+def check_front_end(browser, kind: str, port: int, notebook: Path, out: Path, limit: float) -> dict:
+    """Open the notebook in the front end, run all cells, read the page; ``seconds``: the run."""
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())  # offline
-    started = time.monotonic()
-    page.goto(f"http://127.0.0.1:{port}/notebooks/{notebook.name}")
+    reset = "?reset" if kind == "lab" else ""  # JupyterLab would reopen the last session's tabs
+    page.goto(f"http://127.0.0.1:{port}/{FRONT_ENDS[kind][2]}/{notebook.name}{reset}")
     page.wait_for_function(JS_READY, timeout=120_000, polling=250)
+    started = time.monotonic()
     page.evaluate(JS_RUN_ALL)
     page.wait_for_function(JS_FINISHED, timeout=limit * 1000, polling=250)
     page.wait_for_timeout(1500)  # the last figure's redraw
     report = page.evaluate(JS_REPORT)
     report["seconds"] = round(time.monotonic() - started, 1)
-    shot = out / f"notebook7-{notebook.stem}.png"
+    shot = out / f"{kind}-{notebook.stem}.png"
     page.screenshot(path=str(shot))
     report["screenshot"] = str(shot)
     plots = page.locator(".js-plotly-plot")
     for i in range(min(plots.count(), 2)):  # the notebook scrolls inside the page: one shot per plot
-        plots.nth(i).scroll_into_view_if_needed()
-        plots.nth(i).screenshot(path=str(out / f"notebook7-{notebook.stem}-plot{i + 1}.png"))
+        with contextlib.suppress(PlaywrightError):  # not laid out by a windowed notebook: still counted
+            plots.nth(i).screenshot(path=str(out / f"{kind}-{notebook.stem}-plot{i + 1}.png"), timeout=5000)
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
     page.close()
     report["ok"] = (
@@ -202,7 +221,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
-    parser.add_argument("--check", choices=["notebook7", "html", "both"], default="both")
+    parser.add_argument("--check", choices=["notebook7", "lab", "html", "all"], default="all")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "labkit-front-ends")
     parser.add_argument("--limit", type=float, default=180.0, help="seconds one notebook may take")
     args = parser.parse_args()
@@ -216,19 +235,21 @@ def main() -> int:
     failed = 0
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
-        if args.check in ("html", "both"):
+        if args.check in ("html", "all"):
             for notebook in notebooks:
                 report = check_html(browser, args.python, notebook, args.out, args.limit)
                 failed += not report["ok"]
                 print(f"[html] {notebook.name}: {json.dumps(report)}", flush=True)
-        if args.check in ("notebook7", "both"):
+        for kind in FRONT_ENDS:
+            if args.check not in (kind, "all"):
+                continue
             port = free_port()
-            server = start_notebook7(args.python, port, args.out / "notebook7.log")
+            server = start_front_end(args.python, kind, port, args.out / f"{kind}.log")
             try:
                 for notebook in notebooks:
-                    report = check_notebook7(browser, port, notebook, args.out, args.limit)
+                    report = check_front_end(browser, kind, port, notebook, args.out, args.limit)
                     failed += not report["ok"]
-                    print(f"[notebook7] {notebook.name}: {json.dumps(report)}", flush=True)
+                    print(f"[{kind}] {notebook.name}: {json.dumps(report)}", flush=True)
             finally:
                 server.terminate()
                 server.wait(timeout=20)

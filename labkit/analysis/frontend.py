@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 # Long enough for a page still loading its extensions; a headless run pays it once per notebook.
-PROBE_TIMEOUT_S = 3.0
+PROBE_TIMEOUT_S = 2.0
 # The probe's front-end half: report being drawn, show nothing.
 PROBE_ESM = "export default { render({ model }) { model.send({ drawn: true }); } };"
 

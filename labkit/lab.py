@@ -38,7 +38,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from labkit import __version__
-from labkit.analysis import plots, whatif
+from labkit.analysis import frontend, plots, whatif
 from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
 from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.frames import span_detail, stage_work
@@ -103,9 +103,13 @@ DEFAULT_MODEL = "labkit-spark"
 def about() -> str:
     """One line on what is running: labkit's version, Python, this machine's cores.
 
+    In a notebook it also asks the front end, without waiting, whether it draws widgets
+    (``labkit.analysis.frontend.ask``): live plots later learn the answer at no cost.
+
     >>> about().startswith("labkit ")
     True
     """
+    frontend.ask()
     return f"labkit {__version__} · Python {platform.python_version()} · {os.cpu_count()} cores"
 
 

@@ -60,3 +60,30 @@ def test_silence_means_headless_and_is_asked_once(in_a_kernel: list[Any]) -> Non
     probes = len(in_a_kernel)
     assert asyncio.run(frontend.draws_widgets(timeout=60)) is False  # remembered: no second wait
     assert len(in_a_kernel) == probes
+
+
+def test_asked_early_the_answer_is_collected_later(in_a_kernel: list[Any]) -> None:
+    frontend.ask()  # a notebook's first cell
+    probe = in_a_kernel[0]
+    probe._handle_custom_msg({"drawn": True}, [])  # the front end rendered it meanwhile
+    assert asyncio.run(frontend.draws_widgets(timeout=30)) is True
+
+
+def test_asked_early_a_headless_run_has_waited_it_out(
+    in_a_kernel: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frontend.ask()
+    question = frontend._question
+    assert question is not None
+    question.asked_at -= 60  # the notebook's first cells took a while: the timeout is long past
+    waited = asyncio.run(_timed(frontend.draws_widgets(timeout=2)))
+    assert waited[0] is False
+    assert waited[1] < 2  # only the short listen for late replies, not the whole timeout
+
+
+async def _timed(answer: Any) -> tuple[bool, float]:
+    import time
+
+    start = time.monotonic()
+    result = await answer
+    return result, time.monotonic() - start

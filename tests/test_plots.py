@@ -42,7 +42,7 @@ class Handle:
 def displayed(monkeypatch: pytest.MonkeyPatch) -> list[Handle]:
     handles: list[Handle] = []
 
-    def display(obj: Any, display_id: bool = False) -> Handle:
+    def display(obj: Any, display_id: bool = False, raw: bool = False) -> Handle:
         handles.append(Handle(obj))
         return handles[-1]
 
@@ -125,6 +125,26 @@ def test_where_nothing_draws_widgets_shown_returns_at_once(
     monkeypatch.setattr(frontend, "_answer", False)  # a headless runner, learnt by the probe
     plot = live.LivePlot(plots.turn_buckets).show(None)
     assert asyncio.run(_shown(plot, timeout=60)) is False  # no wait for a browser that never comes
+
+
+def test_where_nothing_draws_widgets_no_widget_is_made(
+    server: LabkitServer, displayed: list[Handle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A headless kernel that already knows: the output waits for the static figure, and the
+    executed notebook carries no widget (plotly's widget brings megabytes of script)."""
+    monkeypatch.setattr(frontend, "_answer", False)
+    plot = live.LivePlot(plots.turn_buckets).show(None)
+    assert plot.widget is None and not isinstance(displayed[0].shown[0], live.StaticFigure)
+    rollout = Rollout("naive")
+    for _record in rollout.play(server.base_url, SCENARIO, watch=True):
+        plot.update(rollout.frame())
+    final = plot.finish()
+    left = displayed[0].shown[-1]
+    assert isinstance(left, live.StaticFigure) and plot.updates == 0  # nothing sent meanwhile
+    assert [_rounded(t["y"]) for t in left._repr_mimebundle_()[live.PLOTLY_MIME]["data"]] == [
+        _rounded(t.y) for t in final.data
+    ]
+    assert len(final.data[0].y) == 4  # every turn of the rollout
 
 
 def test_static_figures_embed_plotly_once(monkeypatch: pytest.MonkeyPatch) -> None:

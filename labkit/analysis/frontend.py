@@ -16,14 +16,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 # Long enough for a page still loading its extensions; a headless run pays it once per notebook.
 PROBE_TIMEOUT_S = 2.0
+# Once the wait is over, how long to read replies that arrived while the kernel was busy.
+LISTEN_AT_LEAST_S = 0.3
 # The probe's front-end half: report being drawn, show nothing.
 PROBE_ESM = "export default { render({ model }) { model.send({ drawn: true }); } };"
 
 _answer: bool | None = None  # per kernel: None until the probe has been asked
+
+
+@dataclass
+class _Question:
+    """A probe on display, and what the front end said of it so far."""
+
+    asked_at: float
+    probe: Any
+    handle: Any
+    heard: list[bool] = field(default_factory=list)
+
+
+_question: _Question | None = None
 
 
 def _kernel() -> Any:
@@ -36,24 +52,16 @@ def _kernel() -> Any:
     return getattr(shell, "kernel", None)
 
 
-async def draws_widgets(timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """True if a front end draws this kernel's widgets; asked once, then remembered.
+def ask() -> None:
+    """Show the probe now and collect the answer later (``draws_widgets``), so the wait
+    overlaps whatever the notebook does meanwhile: a headless run then rarely waits at all.
+    Does nothing outside a kernel, or once asked.
 
-    Outside a kernel the answer is False at once. In a kernel it displays an
-    invisible probe widget, waits up to ``timeout`` for its "drawn" message (the
-    kernel reads front-end messages while this awaits), then removes the probe.
+        lab.about()   # a notebook's first cell asks here
     """
-    global _answer
-    if _answer is not None:
-        return _answer
-    if _kernel() is None:
-        _answer = False
-        return _answer
-    _answer = await _ask(timeout)
-    return _answer
-
-
-async def _ask(timeout: float) -> bool:
+    global _question
+    if _question is not None or _answer is not None or _kernel() is None:
+        return
     import anywidget
     from IPython.display import display
 
@@ -61,19 +69,46 @@ async def _ask(timeout: float) -> bool:
         _esm = PROBE_ESM
 
     probe = Probe()
-    heard: list[bool] = []
-    probe.on_msg(lambda widget, content, buffers: heard.append(bool(content.get("drawn"))))
-    handle = display(probe, display_id=True)
-    deadline = time.monotonic() + timeout
-    while not heard and time.monotonic() < deadline:
+    question = _Question(time.monotonic(), probe, None)
+    probe.on_msg(lambda widget, content, buffers: question.heard.append(bool(content.get("drawn"))))
+    question.handle = display(probe, display_id=True)
+    _question = question
+
+
+async def draws_widgets(timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """True if a front end draws this kernel's widgets; asked once, then remembered.
+
+    Outside a kernel the answer is False at once. In a kernel it shows an invisible
+    probe widget (unless ``ask`` already did), waits until ``timeout`` after it was
+    shown for its "drawn" message (the kernel reads front-end messages while this
+    awaits), then removes the probe.
+    """
+    global _answer, _question
+    if _answer is not None:
+        return _answer
+    if _kernel() is None:
+        _answer = False
+        return _answer
+    ask()
+    question = _question
+    assert question is not None
+    # A reply that came while the kernel was busy is read only while this awaits: listen a little.
+    deadline = max(question.asked_at + timeout, time.monotonic() + LISTEN_AT_LEAST_S)
+    while not question.heard and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    if handle is not None:
-        handle.update({"text/plain": ""}, raw=True)  # leave no trace of the probe in the notebook
-    probe.close()
-    return any(heard)
+    if question.handle is not None:
+        question.handle.update({"text/plain": ""}, raw=True)  # leave no trace of the probe
+    question.probe.close()
+    _answer, _question = any(question.heard), None
+    return _answer
+
+
+def known() -> bool | None:
+    """The answer if this kernel has asked already (True or False), else None; never waits."""
+    return _answer
 
 
 def forget() -> None:
     """Ask again next time (a test, or a page opened after a headless start)."""
-    global _answer
-    _answer = None
+    global _answer, _question
+    _answer, _question = None, None

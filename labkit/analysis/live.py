@@ -31,7 +31,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
-from labkit.analysis.frontend import draws_widgets
+from labkit.analysis import frontend
 from labkit.analysis.plots import TEMPLATE
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
@@ -42,9 +42,9 @@ _plotlyjs_embedded = False  # the first static figure of a kernel carries plotly
 class LivePlot:
     """One standard figure, redrawn from the data so far at every ``update``.
 
-        plot = LivePlot(plots.race, title="Time so far").show({"naive": None, "websocket": None})
-        await plot.shown()                             # a fresh page loads plotly first
-        plot.update({"naive": frame_so_far, "websocket": None})
+    plot = LivePlot(plots.race, title="Time so far").show({"naive": None, "websocket": None})
+    await plot.shown()                             # a fresh page loads plotly first
+    plot.update({"naive": frame_so_far, "websocket": None})
     """
 
     def __init__(self, draw: Callable[..., go.Figure], **options: Any) -> None:
@@ -56,9 +56,20 @@ class LivePlot:
         self._handle: Any = None
 
     def show(self, *args: Any, **kwargs: Any) -> LivePlot:
-        """Draw the figure from the data so far (often none yet) and display it."""
+        """Draw the figure from the data so far (often none yet) and display it.
+
+        Where this kernel already learnt that nothing draws widgets (a headless run),
+        no widget is made: the output waits for ``finish`` to put the static figure in it,
+        and no widget state weighs down the executed notebook.
+        """
         from IPython.display import display
 
+        if frontend.known() is False:
+            self.figure = self.draw(*args, **kwargs)
+            self._handle = display(
+                {"text/plain": "(the figure follows when the work is done)"}, raw=True, display_id=True
+            )
+            return self
         self._handle = display(self.build(*args, **kwargs), display_id=True)
         return self
 
@@ -78,9 +89,9 @@ class LivePlot:
         updates are seen live: a fresh page takes seconds to load plotly. Where nothing draws
         widgets (a headless runner), it learns so once per kernel (``draws_widgets``) and then
         returns at once."""
-        if self.widget is None:
+        if self.figure is None:
             raise RuntimeError("show() the plot first")
-        if not await draws_widgets():
+        if self.widget is None or not await frontend.draws_widgets():
             return False
         deadline = time.monotonic() + timeout
         while not self.drawn and time.monotonic() < deadline:
@@ -89,10 +100,12 @@ class LivePlot:
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Redraw from the data so far and send the difference to the widget in one batch."""
-        if self.widget is None:
+        if self.figure is None:
             raise RuntimeError("show() the plot before updating it")
         self.figure = self.draw(*args, **kwargs)
         widget = self.widget
+        if widget is None:  # nothing draws widgets here: ``finish`` shows the last drawing
+            return
         fresh = self.figure.data
         if len(widget.data) > len(fresh):
             widget.data = widget.data[: len(fresh)]
@@ -118,7 +131,7 @@ class LivePlot:
 async def shown(*plots: LivePlot, timeout: float = 15.0) -> None:
     """Wait until a browser has drawn each of these plots (see ``LivePlot.shown``).
 
-        await shown(bars, growth)
+    await shown(bars, growth)
     """
     for plot in plots:
         await plot.shown(timeout=timeout)
@@ -208,7 +221,7 @@ def static(fig: go.Figure) -> StaticFigure:
 def show(fig: go.Figure) -> None:
     """Display a finished figure statically (for a plot that does not change).
 
-        show(plots.stage_waterfall(rollout.frame(), turn=3))
+    show(plots.stage_waterfall(rollout.frame(), turn=3))
     """
     from IPython.display import display
 

@@ -13,6 +13,12 @@ itself even if the server hangs. Then it stops the server (SIGTERM, which drains
 billing) and counts the billing ledger's rows in the server's SQLite file against the
 responses the clients saw complete.
 
+With ``--hostile N`` the room runs twice, the second time beside a hostile learner: N raw
+sockets of one extra key, each asking for 16 long answers at once (one ``stream_id`` lane each)
+and never reading. A second table puts the other learners' TTFT without and with it side by
+side: the server cuts a client that leaves more than ``--max-unread-bytes`` unread, so the room
+should barely notice.
+
 It prints one row: connections, errors, billing rows against responses, p50 and p99 time to
 first token in the room with the single connection's in parentheses, and the server's peak
 RSS. TTFT is measured by each client, from sending a turn to its first delta. The clients share
@@ -25,14 +31,17 @@ high-water mark (VmHWM) of every server process, read just before stopping it an
     python benchmarks/room_load.py                          # 64 connections, the room profile, 1 worker
     python benchmarks/room_load.py --workers 2
     python benchmarks/room_load.py --connections 16 --scenario synthetic:turns=4 --json
+    python benchmarks/room_load.py --connections 16 --hostile 8 --scenario synthetic:turns=4
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import resource
+import socket
 import sqlite3
 import statistics
 import threading
@@ -48,10 +57,17 @@ from labkit.api.extensions import TRACES_PATH
 from labkit.client.agent import DEFAULT_KEY, TurnRecord, run_rollout
 from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario
+from labkit.server.auth import Keys
 from labkit.server.handle import LabkitServer
 
 DESIGN = "websocket"
 MAX_ERRORS_SHOWN = 5
+HOSTILE_KEY = "sk-labkit-hostile"
+HOSTILE_ANSWERS = 16  # long answers each never-reading socket asks for at once, one lane each
+HOSTILE_INPUT = "Write 50000 tokens."
+HOSTILE_RCVBUF = 4096  # the socket's receive buffer: the kernel holds next to nothing for it
+HOSTILE_MSS = 536  # bytes a segment (the IPv4 default): the server's kernel buffers few for it
+MAX_HANDSHAKE_BYTES = 16_384  # the 101 answer is a few hundred bytes
 
 
 @dataclass
@@ -85,6 +101,78 @@ def percentile(values: list[float], q: int) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
+def never_reading_socket(
+    base_url: str,
+    *,
+    key: str = HOSTILE_KEY,
+    answers: int = HOSTILE_ANSWERS,
+    model: str = "labkit-spark",
+    text: str = HOSTILE_INPUT,
+    rcvbuf: int = HOSTILE_RCVBUF,
+    timeout_s: float = 10.0,
+) -> socket.socket:
+    """A WebSocket client that asks for ``answers`` long answers at once and never reads them.
+
+    A raw TCP socket with a small receive buffer: it reads only the handshake's 101 answer,
+    sends one ``response.create`` a lane (masked text frames, as a client must), and then
+    nothing. Whatever the server sends piles up unread. Close the socket to end it.
+
+        hostile = [never_reading_socket(server.base_url) for _ in range(8)]
+    """
+    url = httpx.URL(base_url)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connecting: the window stays small
+    # Small segments too: the server's kernel sizes its send buffer by segments, so it holds little.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, HOSTILE_MSS)
+    sock.settimeout(timeout_s)
+    try:
+        sock.connect((url.host, url.port or 80))
+        nonce = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(
+            f"GET {url.path}/responses HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
+            f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {nonce}\r\n"
+            f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {key}\r\n\r\n".encode()
+        )
+        head = _read_head(sock)
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise ConnectionError(f"the upgrade was refused: {head.splitlines()[0]!r}")
+        for lane in range(answers):
+            create = {"type": "response.create", "model": model, "input": text, "store": False}
+            sock.sendall(masked_text_frame(json.dumps({**create, "stream_id": f"long-{lane}"}).encode()))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _read_head(sock: socket.socket) -> bytes:
+    """The handshake's answer up to its blank line, a byte at a time: not one byte of a frame."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n") and len(head) < MAX_HANDSHAKE_BYTES:
+        byte = sock.recv(1)
+        if not byte:
+            raise ConnectionError("the server closed the connection during the handshake")
+        head += byte
+    return head
+
+
+def masked_text_frame(payload: bytes) -> bytes:
+    """One client-to-server text frame (RFC 6455: FIN, opcode 1, masked).
+
+    >>> masked_text_frame(b"hi")[:2]
+    b'\\x81\\x82'
+    """
+    mask = os.urandom(4)
+    size = len(payload)
+    if size < 126:
+        length = bytes([0x80 | size])
+    elif size < 1 << 16:
+        length = bytes([0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        length = bytes([0x80 | 127]) + size.to_bytes(8, "big")
+    return b"\x81" + length + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
 @dataclass
 class RoomResult:
     connections: int
@@ -93,6 +181,9 @@ class RoomResult:
     scenario: str
     single: Phase
     room: Phase
+    hostile: int = 0  # never-reading sockets beside the room's second run (``--hostile``)
+    hostile_room: Phase | None = None  # that second run, as the room's learners saw it
+    max_unread_bytes: int | None = None  # labkit serve --max-unread-bytes, None: its default
     billing_rows: int = 0  # after the server stopped (and drained its billing queue)
     billing_rows_at_end: int = 0  # when the room's last rollout ended: how far billing lagged
     server_exit: int | None = None  # the server's exit status: negative is a signal (-9: killed)
@@ -102,14 +193,19 @@ class RoomResult:
     # The room's wait for an engine slot (the server's queue spans): what sizing the engine
     # changes. With several workers only the worker the fetch reaches answers: a sample.
     queue_s: list[float] = field(default_factory=list)
+    hostile_queue_s: list[float] = field(default_factory=list)  # the same, beside the hostile learner
+
+    @property
+    def phases(self) -> list[Phase]:
+        return [self.single, self.room] + ([self.hostile_room] if self.hostile_room else [])
 
     @property
     def responses(self) -> int:
-        return self.single.responses + self.room.responses
+        return sum(phase.responses for phase in self.phases)
 
     @property
     def errors(self) -> int:
-        return len(self.single.errors) + len(self.room.errors)
+        return sum(len(phase.errors) for phase in self.phases)
 
     @property
     def lost_billing_rows(self) -> int:
@@ -117,15 +213,17 @@ class RoomResult:
 
     def json(self) -> dict[str, Any]:
         body = asdict(self)
-        for phase in ("single", "room"):
+        phases = ("single", "room") + (("hostile_room",) if self.hostile_room else ())
+        for phase in phases:
             ttft = body[phase].pop("ttft_s")
             body[phase]["ttft_p50_s"] = getattr(self, phase).percentile(50)
             body[phase]["ttft_p99_s"] = getattr(self, phase).percentile(99)
             body[phase]["ttft_samples"] = len(ttft)
-        queue = body.pop("queue_s")
-        body.update(queue_p50_s=percentile(queue, 50), queue_p99_s=percentile(queue, 99))
-        body["queue_samples"] = len(queue)
-        for phase in ("single", "room"):
+        for name in ("queue", "hostile_queue"):
+            queue = body.pop(f"{name}_s")
+            body.update({f"{name}_p50_s": percentile(queue, 50), f"{name}_p99_s": percentile(queue, 99)})
+            body[f"{name}_samples"] = len(queue)
+        for phase in phases:
             body[phase].pop("response_ids")
         body.update(responses=self.responses, errors=self.errors, lost_billing_rows=self.lost_billing_rows)
         return body
@@ -157,40 +255,68 @@ def run_room(
     model: str = "labkit-spark",
     single: int = 3,
     deadline_s: float = 600.0,
+    hostile: int = 0,
+    max_unread_bytes: int | None = None,
 ) -> RoomResult:
-    """Start a server, run the single-connection baseline and the room, stop it, count."""
+    """Start a server, run the single-connection baseline and the room (and with ``hostile``,
+    the room again beside that many never-reading sockets), stop it, count."""
     chosen = load_scenario(scenario, default_data_dir())
     single_phase, room_phase = Phase("single", 1), Phase("room", connections)
     result = RoomResult(connections, workers, profile, chosen.name, single_phase, room_phase)
+    result.hostile, result.max_unread_bytes = hostile, max_unread_bytes
+    args = ["--profile", profile]
+    if max_unread_bytes is not None:
+        args += ["--max-unread-bytes", str(max_unread_bytes)]
     cpu_before = _own_cpu_s()
-    with LabkitServer(args=["--profile", profile], workers=workers) as server:
+    with LabkitServer(args=args, workers=workers) as server:
         started = time.perf_counter()
         for _ in range(single):
             single_phase.add(*play(server.base_url, chosen, model))
         single_phase.wall_s = time.perf_counter() - started
 
-        start = threading.Barrier(connections, timeout=60)
-        started = time.perf_counter()
-        with ThreadPoolExecutor(connections, thread_name_prefix="learner") as pool:
-            futures = [pool.submit(play, server.base_url, chosen, model, start) for _ in range(connections)]
-            done, late = wait(futures, timeout=deadline_s)
-            if late:
-                # Stopping the server ends every connection, so each late rollout fails and returns.
-                _measure_server(server, result)
-                server.stop()
-            for future in futures:
-                records, error = future.result()
-                room_phase.add(records, error if future in done else f"past the deadline; {error}")
-        room_phase.wall_s = time.perf_counter() - started
+        late = _play_room(server, chosen, model, room_phase, deadline_s, result)
+        if not late and hostile:
+            result.hostile_room = Phase("room beside the hostile learner", connections)
+            sockets = [never_reading_socket(server.base_url, model=model) for _ in range(hostile)]
+            try:
+                late = _play_room(server, chosen, model, result.hostile_room, deadline_s, result)
+            finally:
+                for sock in sockets:
+                    sock.close()
         if not late:
             _measure_server(server, result)
             result.queue_s = _queue_waits(server.base_url, room_phase.response_ids)
+            if result.hostile_room is not None:
+                result.hostile_queue_s = _queue_waits(server.base_url, result.hostile_room.response_ids)
         result.billing_rows_at_end = _ledger_rows(server.db)
         server.stop()  # SIGTERM: every worker drains its billing queue before it exits
         result.server_exit = server.process.returncode if server.process else None
         result.billing_rows = _ledger_rows(server.db)
     result.client_cpu_s = _own_cpu_s() - cpu_before
     return result
+
+
+def _play_room(
+    server: LabkitServer, scenario: Scenario, model: str, phase: Phase, deadline_s: float, result: RoomResult
+) -> bool:
+    """Every learner's rollout at once, all released together; True if the deadline cut it short
+    (the server is then stopped, after its peak RSS and CPU are read)."""
+    start = threading.Barrier(phase.connections, timeout=60)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(phase.connections, thread_name_prefix="learner") as pool:
+        futures = [
+            pool.submit(play, server.base_url, scenario, model, start) for _ in range(phase.connections)
+        ]
+        done, late = wait(futures, timeout=deadline_s)
+        if late:
+            # Stopping the server ends every connection, so each late rollout fails and returns.
+            _measure_server(server, result)
+            server.stop()
+        for future in futures:
+            records, error = future.result()
+            phase.add(records, error if future in done else f"past the deadline; {error}")
+    phase.wall_s = time.perf_counter() - started
+    return bool(late)
 
 
 def _measure_server(server: LabkitServer, result: RoomResult) -> None:
@@ -226,8 +352,10 @@ def _own_cpu_s() -> float:
 
 
 def _ledger_rows(db: Path) -> int:
+    """Billing rows of the room's learners (the hostile learner's cut responses are billed too)."""
+    hostile = Keys().owner(f"Bearer {HOSTILE_KEY}")
     with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT COUNT(*) FROM billing").fetchone()[0]
+        return conn.execute("SELECT COUNT(*) FROM billing WHERE owner != ?", (hostile,)).fetchone()[0]
 
 
 def _ms(seconds: float | None) -> str:
@@ -263,11 +391,42 @@ def format_table(result: RoomResult) -> str:
         + (" + ".join(f"{s:.1f}" for s in result.server_cpu_s.values()) or "n/a")
         + f"; clients and their test runs: {result.client_cpu_s:.1f} s",
     ]
-    errors = result.single.errors + result.room.errors
+    rows += hostile_rows(result)
+    errors = [error for phase in result.phases for error in phase.errors]
     rows += [f"error: {e}" for e in errors[:MAX_ERRORS_SHOWN]]
     if len(errors) > MAX_ERRORS_SHOWN:
         rows.append(f"... and {len(errors) - MAX_ERRORS_SHOWN} more errors")
     return "\n".join(rows)
+
+
+def hostile_rows(result: RoomResult) -> list[str]:
+    """The room's TTFT without and beside the hostile learner, side by side (none without one)."""
+    beside = result.hostile_room
+    if beside is None:
+        return []
+    alone = result.room
+    bound = "its default" if result.max_unread_bytes is None else f"{result.max_unread_bytes:,} bytes"
+    return [
+        "",
+        "| learners | hostile sockets x answers | p50 TTFT without / beside | ratio "
+        "| p99 TTFT without / beside | ratio | errors beside |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {result.connections} | {result.hostile} x {HOSTILE_ANSWERS} "
+        f"| {_ms(alone.percentile(50))} / {_ms(beside.percentile(50))} "
+        f"| {_ratio(beside.percentile(50), alone.percentile(50))} "
+        f"| {_ms(alone.percentile(99))} / {_ms(beside.percentile(99))} "
+        f"| {_ratio(beside.percentile(99), alone.percentile(99))} | {len(beside.errors)} |",
+        "",
+        f"hostile learner: {result.hostile} sockets of one key, each asking for {HOSTILE_ANSWERS} answers "
+        f"of '{HOSTILE_INPUT}' at once and never reading; --max-unread-bytes {bound}",
+        f"engine queue wait beside it (server spans of {len(result.hostile_queue_s):,} responses): "
+        f"p50 {_ms(percentile(result.hostile_queue_s, 50))}, "
+        f"p99 {_ms(percentile(result.hostile_queue_s, 99))}",
+    ]
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "n/a" if value is None or not base else f"{value / base:.2f}x"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -279,10 +438,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="labkit-spark")
     parser.add_argument("--single", type=int, default=3, help="baseline rollouts on a single connection")
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds the room may take at most")
+    parser.add_argument(
+        "--hostile",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"run the room again beside N never-reading sockets x {HOSTILE_ANSWERS} long answers of one key",
+    )
+    parser.add_argument(
+        "--max-unread-bytes", type=int, metavar="N", help="labkit serve --max-unread-bytes (default: its own)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     if args.connections < 1 or args.workers < 1 or args.single < 1:
         parser.error("--connections, --workers and --single must be 1 or more")
+    if args.hostile < 0 or (args.max_unread_bytes is not None and args.max_unread_bytes < 1):
+        parser.error("--hostile must be 0 or more, --max-unread-bytes 1 or more")
     result = run_room(
         connections=args.connections,
         workers=args.workers,
@@ -291,6 +462,8 @@ def main(argv: list[str] | None = None) -> None:
         model=args.model,
         single=args.single,
         deadline_s=args.deadline,
+        hostile=args.hostile,
+        max_unread_bytes=args.max_unread_bytes,
     )
     print(json.dumps(result.json(), indent=2) if args.json else format_table(result))
 

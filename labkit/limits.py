@@ -10,4 +10,5 @@ MAX_FRAME_BYTES = 2 * 1024 * 1024  # a WebSocket frame; larger closes the socket
 MAX_OUTPUT_TOKENS = 32_768  # the longest answer the simulated model writes
 MAX_QUEUED_CREATES = 16  # creates waiting on one WebSocket connection
 MAX_QUEUED_BYTES = 16 * 1024 * 1024  # ... and the frames they came in, together
+MAX_UNREAD_BYTES = 1024 * 1024  # events a connection's client has not read; past it they are cut
 MAX_TRACES = 10_000  # responses whose spans are kept in memory

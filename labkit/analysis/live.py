@@ -42,9 +42,9 @@ _plotlyjs_embedded = False  # the first static figure of a kernel carries plotly
 class LivePlot:
     """One standard figure, redrawn from the data so far at every ``update``.
 
-    plot = LivePlot(plots.race, title="Time so far").show({"naive": None, "websocket": None})
-    await plot.shown()                             # a fresh page loads plotly first
-    plot.update({"naive": frame_so_far, "websocket": None})
+        plot = LivePlot(plots.race, title="Time so far").show({"naive": None, "websocket": None})
+        await plot.shown()                             # a fresh page loads plotly first
+        plot.update({"naive": frame_so_far, "websocket": None})
     """
 
     def __init__(self, draw: Callable[..., go.Figure], **options: Any) -> None:
@@ -131,7 +131,7 @@ class LivePlot:
 async def shown(*plots: LivePlot, timeout: float = 15.0) -> None:
     """Wait until a browser has drawn each of these plots (see ``LivePlot.shown``).
 
-    await shown(bars, growth)
+        await shown(bars, growth)
     """
     for plot in plots:
         await plot.shown(timeout=timeout)
@@ -221,7 +221,7 @@ def static(fig: go.Figure) -> StaticFigure:
 def show(fig: go.Figure) -> None:
     """Display a finished figure statically (for a plot that does not change).
 
-    show(plots.stage_waterfall(rollout.frame(), turn=3))
+        show(plots.stage_waterfall(rollout.frame(), turn=3))
     """
     from IPython.display import display
 

@@ -9,7 +9,9 @@ one item::
 Clients must treat ``encrypted_content`` as opaque. labkit's is sealed, not encrypted: the
 payload is base64url JSON, and the seal an HMAC over it keyed by the owner (the digest of
 the API key). So an item works only for the key that made it and cannot be altered, while
-a learner can still decode it to see what the model reads. The payload holds what the
+a learner can still decode it to see what the model reads. A new item's seal is checked
+before its payload is read, and the payload is parsed as strictly as a request body (no
+``Infinity``, no deep nesting), so a forged item is refused, never a crash. The payload holds what the
 server needs to expand the item: the ``summary`` the model reads instead of the window, the
 ``calls`` it stands for (tool outputs answering them stay valid), and tallies that add up
 across re-compactions.
@@ -32,10 +34,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.api import safejson
 from labkit.api.errors import APIError, invalid_request
 
 PREFIX = "lkc1"  # the format's version: a later format can still open (and refuse) this one
 OBJECT = "response.compaction"
+# A tally larger than any real window: a payload beyond it was not written by ``seal``.
+MAX_COUNT = 2**53
 
 
 @dataclass(frozen=True)
@@ -78,34 +83,63 @@ def seal(payload: Payload, owner: str) -> str:
     return f"{PREFIX}.{body}.{_mac(owner, body)}"
 
 
-def open_payload(content: Any) -> Payload | None:
-    """The payload, without checking the seal (None if it is not a labkit compaction)."""
-    if not isinstance(content, str):
+def _parts(content: Any) -> tuple[str, str] | None:
+    """The body and seal of a labkit compaction's ``encrypted_content`` (None for anything else)."""
+    # Both parts are base64url: a non-ASCII character means it is not labkit's (and cannot be hashed).
+    if not isinstance(content, str) or not content.isascii() or content.count(".") != 2:
         return None
-    prefix, _, rest = content.partition(".")
-    body, _, _mac_text = rest.partition(".")
-    if prefix != PREFIX or not body:
+    prefix, body, mac = content.split(".")
+    return (body, mac) if prefix == PREFIX and body else None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _as_payload(raw: Any) -> Payload | None:
+    """The payload a parsed body describes, if it has the shape ``seal`` writes (None otherwise)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("summary"), str):
         return None
+    calls, tools = raw.get("calls", []), raw.get("tools", {})
+    items, tokens = raw.get("items", 0), raw.get("tokens", 0)
+    if not (isinstance(calls, list) and all(isinstance(call, str) for call in calls)):
+        return None
+    if not (isinstance(tools, dict) and all(map(_is_count, [items, tokens, *tools.values()]))):
+        return None
+    return Payload(raw["summary"], calls=tuple(calls), items=items, tokens=tokens, tools=dict(tools))
+
+
+def _payload(body: str) -> Payload | None:
+    """The payload of a body, parsed as strictly as a request body (``labkit.api.safejson``)."""
     try:
-        raw = json.loads(_unb64(body))
-        return Payload(
-            summary=str(raw["summary"]),
-            calls=tuple(str(c) for c in raw.get("calls", [])),
-            items=int(raw.get("items", 0)),
-            tokens=int(raw.get("tokens", 0)),
-            tools={str(k): int(v) for k, v in dict(raw.get("tools", {})).items()},
-        )
-    except (binascii.Error, ValueError, TypeError, KeyError, AttributeError):
+        raw = safejson.loads(_unb64(body), what="the compaction payload")
+    except (APIError, binascii.Error, ValueError):  # not base64, or not JSON labkit would accept
         return None
+    return _as_payload(raw)
+
+
+def open_payload(content: Any) -> Payload | None:
+    """The payload, without checking the seal (None if it is not a labkit compaction).
+
+    Only for items already verified (the history, a window being compacted); ``verify`` is
+    the check for new ones.
+    """
+    parts = _parts(content)
+    return _payload(parts[0]) if parts is not None else None
 
 
 def verify(content: Any, owner: str) -> Payload | None:
-    """The payload if the seal holds for this owner, else None."""
-    payload = open_payload(content)
-    if payload is None:
+    """The payload if the seal holds for this owner, else None.
+
+    The seal is checked first: a payload is parsed only once it is known to be labkit's.
+    """
+    parts = _parts(content)
+    if parts is None:
         return None
-    body, mac = content.split(".")[1:3] if content.count(".") == 2 else ("", "")
-    return payload if hmac.compare_digest(mac, _mac(owner, body)) else None
+    body, mac = parts
+    if not hmac.compare_digest(mac, _mac(owner, body)):
+        return None
+    return _payload(body)
 
 
 def summary_text(item: dict[str, Any]) -> str:

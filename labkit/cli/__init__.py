@@ -153,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="creates waiting on one WebSocket connection; more are refused (websocket_queue_full)",
     )
     p.add_argument(
+        "--max-unread-bytes",
+        type=positive_count,
+        default=limits.MAX_UNREAD_BYTES,
+        metavar="N",
+        help="events a client may leave unread, per WebSocket connection or SSE stream; past it its "
+        "responses are cut (WebSocket close 1008, SSE error client_too_slow)",
+    )
+    p.add_argument(
         "--max-traces",
         type=positive_count,
         default=limits.MAX_TRACES,

@@ -204,12 +204,20 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def check_keys(host: str, keys: list[str], *, allow_no_keys: bool) -> None:
+def _printable_ascii(keys: list[str], what: str) -> None:
+    # A bearer key is printable ASCII: another one could never be sent, and the server would refuse it.
+    if any(not (key.isascii() and key.isprintable()) for key in keys):
+        raise CommandError(f"{what} must be printable ASCII")
+
+
+def check_keys(
+    host: str, keys: list[str], *, allow_no_keys: bool, instructor_keys: list[str] | None = None
+) -> None:
     """A server others can reach needs keys: without them anyone on the network could use it,
     and every request would share one anonymous owner (and so see each other's responses)."""
-    bad = next((key for key in keys if not (key.isascii() and key.isprintable())), None)
-    if bad is not None:
-        raise CommandError("an API key (--api-key or $LABKIT_API_KEYS) must be printable ASCII")
+    _printable_ascii(keys, "an API key (--api-key or $LABKIT_API_KEYS)")
+    instructors = "an instructor key (--instructor-key or $LABKIT_INSTRUCTOR_KEYS)"
+    _printable_ascii(instructor_keys or [], instructors)
     if keys or _is_loopback(host):
         return
     if not allow_no_keys:

@@ -7,8 +7,10 @@ import asyncio
 import errno
 import os
 import shutil
+import signal
 import socket
 import threading
+from types import FrameType
 from typing import Any
 
 from labkit.cli.checks import CommandError, check_db, check_keys, check_models, check_profile
@@ -17,6 +19,8 @@ from labkit.server.auth import keys_from_env
 
 READY_LINE = "labkit: serving on http://{host}:{port}/v1"
 PARENT_GONE_GRACE_S = 5.0  # how long open connections may hold up a shutdown nobody will cut short
+# One process: how long open responses may hold up SIGTERM or Ctrl-C (LabkitServer kills at 10 s).
+SHUTDOWN_GRACE_S = 5.0
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -62,7 +66,8 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from labkit.server.app import ServerConfig, create_app
-    from labkit.server.network import TrackedHTTP
+    from labkit.server.network import MAX_HEADER_BYTES, TrackedHTTP
+    from labkit.server.shutdown import Server
     from labkit.server.trace_stream import instructor_keys_from_env
 
     config = ServerConfig(
@@ -77,6 +82,7 @@ def serve(args: argparse.Namespace) -> None:
         max_frame_bytes=args.max_frame_bytes,
         max_output_tokens=args.max_output_tokens,
         max_queued_creates=args.max_queued_creates,
+        max_unread_bytes=args.max_unread_bytes,
         max_traces=args.max_traces,
         max_connections_per_key=args.max_connections_per_key,
         max_requests_per_key=args.max_requests_per_key,
@@ -93,21 +99,26 @@ def serve(args: argparse.Namespace) -> None:
             "--workers shares stored responses and billing through the database file; "
             "with --db :memory: each worker would have its own, so pass a file with --db"
         )
-    check_keys(args.host, config.api_keys, allow_no_keys=args.allow_no_keys)
+    check_keys(
+        args.host, config.api_keys, allow_no_keys=args.allow_no_keys, instructor_keys=config.instructor_keys
+    )
     if args.remove_with_parent and not args.exit_with_parent:
         raise CommandError("--remove-with-parent needs --exit-with-parent")
     # Bind first, so the port (even 0, "any free port") is known before announcing readiness.
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(
+    app = create_app(config)
+    server = Server(
         uvicorn.Config(
-            create_app(config),
+            app,
             log_level=args.log_level,
             lifespan="on",
             ws_ping_interval=None,
             ws_max_size=args.max_frame_bytes,  # a larger frame is refused: close code 1009
             http=TrackedHTTP,
-        )
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # larger headers: a 431 in the API's shape
+        ),
+        app.state.shutdown,  # trace streams end as the shutdown begins, not when their readers leave
     )
 
     parent_gone = threading.Event()
@@ -124,6 +135,9 @@ def serve(args: argparse.Namespace) -> None:
                 raise CommandError(str(e), status=1) from None
             return
 
+        # No supervisor will kill this process after a grace period: bound the wait for clients here.
+        server.config.timeout_graceful_shutdown = SHUTDOWN_GRACE_S
+        exit_zero_after_sigterm()
         if args.exit_with_parent:
             watch_parent(0, server, parent_gone)
 
@@ -141,6 +155,20 @@ def serve(args: argparse.Namespace) -> None:
         # server on the same database, and removes the folder itself when it closes).
         if parent_gone.is_set() and args.remove_with_parent:
             shutil.rmtree(args.remove_with_parent, ignore_errors=True)
+
+
+def exit_zero_after_sigterm() -> None:
+    """Exit with status 0 once uvicorn has stopped gracefully on SIGTERM.
+
+    uvicorn raises the signal again, after its shutdown, for the handler that was there before
+    it: with the default one the process would die by the signal, as if it had been killed.
+    """
+    if threading.current_thread() is threading.main_thread():  # signals are the main thread's
+        signal.signal(signal.SIGTERM, _exit_quietly)
+
+
+def _exit_quietly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def watch_parent(fd: int, server: Any, gone: threading.Event) -> threading.Thread:

@@ -27,15 +27,36 @@ conversation to add it.
     8
     >>> work.hashed_blocks
     5
+
+A cache shared by several owners (API keys) keeps each owner's blocks apart: an
+owner's view (``scoped``) seeds the first block's key with the owner, so its
+chains never meet another owner's and a hit says nothing about anyone else's
+prompts, while the blocks of all of them share one capacity, as on one GPU.
+
+    >>> alice, bob = cache.scoped("key_a"), cache.scoped("key_b")
+    >>> _ = alice.insert(list(range(10)))
+    >>> alice.lookup(list(range(10))), bob.lookup(list(range(10)))
+    (8, 0)
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 NO_PARENT = -1  # a root block's parent in the tree; ``hash()`` never returns -1
+UNSCOPED = 0  # what the first block's key is chained from, for a cache used without an owner
+
+
+def scope_seed(owner: str) -> int:
+    """What the first block's key of ``owner``'s chains is chained from (stable across runs).
+
+    >>> scope_seed("key_a") == scope_seed("key_a") != scope_seed("key_b")
+    True
+    """
+    return int.from_bytes(hashlib.sha256(owner.encode()).digest()[:8], "big", signed=True)
 
 
 @dataclass
@@ -106,19 +127,19 @@ class PrefixCache:
     # ------------------------------------------------------------ keys
 
     def _new_keys(
-        self, tokens: Sequence[int], known: Sequence[int], tail: Sequence[int]
+        self, tokens: Sequence[int], known: Sequence[int], tail: Sequence[int], seed: int = UNSCOPED
     ) -> tuple[int, list[int]]:
         """How many ``known`` keys apply to ``tokens + tail``, and the keys of the full blocks after them.
 
         Only the tokens after the known blocks are read (a slice), so a caller's long
-        prefix is never copied.
+        prefix is never copied. ``seed`` is what the first block is chained from (its owner's).
         """
         size = self.block_size
         blocks = (len(tokens) + len(tail)) // size
         count = min(len(known), blocks)
         start = count * size
         rest = [*tokens[start:], *tail] if start < len(tokens) else list(tail[start - len(tokens) :])
-        parent = known[count - 1] if count else 0
+        parent = known[count - 1] if count else seed  # known keys carry the seed they were made with
         keys = []
         for i in range(0, len(rest) - size + 1, size):
             parent = hash((parent, *rest[i : i + size]))
@@ -126,7 +147,12 @@ class PrefixCache:
         return count, keys
 
     def block_keys(
-        self, tokens: Sequence[int], known: Sequence[int] = (), *, tail: Sequence[int] = ()
+        self,
+        tokens: Sequence[int],
+        known: Sequence[int] = (),
+        *,
+        tail: Sequence[int] = (),
+        seed: int = UNSCOPED,
     ) -> list[int]:
         """The chained key of every full block of ``tokens + tail`` (a new list).
 
@@ -134,7 +160,7 @@ class PrefixCache:
         of the conversation before this turn's items): only the blocks after them
         are hashed.
         """
-        count, keys = self._new_keys(tokens, known, tail)
+        count, keys = self._new_keys(tokens, known, tail, seed)
         self.work.add(len(keys), 0)
         return [*known[:count], *keys]
 
@@ -180,12 +206,13 @@ class PrefixCache:
         *,
         tail: Sequence[int] = (),
         work: CacheWork | None = None,
+        seed: int = UNSCOPED,
     ) -> int:
         """How many leading tokens of ``tokens + tail`` are cached (a multiple of the block size).
 
         A hit refreshes the chain up to its last cached block.
         """
-        count, keys = self._new_keys(tokens, known, tail)
+        count, keys = self._new_keys(tokens, known, tail, seed)
         hits, touched = self._cached_prefix(known, count, keys)
         if hits:
             touched += self._refresh(known[hits - 1] if hits <= count else keys[hits - 1 - count])
@@ -203,13 +230,14 @@ class PrefixCache:
         *,
         tail: Sequence[int] = (),
         work: CacheWork | None = None,
+        seed: int = UNSCOPED,
     ) -> list[int]:
         """Cache every full block of ``tokens + tail``, evicting least recently used leaves.
 
         Returns the keys of the blocks after ``known`` (all of them without ``known``):
         what a caller appends to the keys it keeps.
         """
-        count, keys = self._new_keys(tokens, known, tail)
+        count, keys = self._new_keys(tokens, known, tail, seed)
         total = count + len(keys)
         if total == 0:
             self._count(work, 0, 0)
@@ -278,3 +306,52 @@ class PrefixCache:
     @property
     def cached_tokens(self) -> int:
         return len(self._used) * self.block_size
+
+    def scoped(self, owner: str) -> ScopedCache:
+        """``owner``'s view of this cache: its own chains, the shared blocks and capacity."""
+        return ScopedCache(self, scope_seed(owner))
+
+
+class ScopedCache:
+    """One owner's view of a shared ``PrefixCache``, used as the cache itself is.
+
+    Every chain it hashes starts from the owner's seed, so the same prompt from two owners
+    makes two chains: neither hits the other's blocks. Keys it returns (``known`` for its
+    next use) carry the seed, so a conversation that grows stays the owner's.
+    """
+
+    def __init__(self, cache: PrefixCache, seed: int) -> None:
+        self.cache = cache
+        self.seed = seed
+
+    def __bool__(self) -> bool:
+        return True  # a view is something, even of an empty cache (``cache or PrefixCache()``)
+
+    @property
+    def block_size(self) -> int:
+        return self.cache.block_size
+
+    def block_keys(
+        self, tokens: Sequence[int], known: Sequence[int] = (), *, tail: Sequence[int] = ()
+    ) -> list[int]:
+        return self.cache.block_keys(tokens, known, tail=tail, seed=self.seed)
+
+    def lookup(
+        self,
+        tokens: Sequence[int],
+        known: Sequence[int] = (),
+        *,
+        tail: Sequence[int] = (),
+        work: CacheWork | None = None,
+    ) -> int:
+        return self.cache.lookup(tokens, known, tail=tail, work=work, seed=self.seed)
+
+    def insert(
+        self,
+        tokens: Sequence[int],
+        known: Sequence[int] = (),
+        *,
+        tail: Sequence[int] = (),
+        work: CacheWork | None = None,
+    ) -> list[int]:
+        return self.cache.insert(tokens, known, tail=tail, work=work, seed=self.seed)

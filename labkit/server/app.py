@@ -32,6 +32,7 @@ from labkit.server.datadir import DB_ENV, default_db
 from labkit.server.http import DEFAULT_MAX_BODY_BYTES
 from labkit.server.pipeline import Pipeline
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
+from labkit.server.shutdown import ShutdownNotice
 from labkit.server.store import ResponseStore
 from labkit.server.timer import raise_resolution, restore_resolution
 from labkit.server.trace_stream import stream_traces
@@ -62,6 +63,7 @@ class ServerConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # enforced by uvicorn (ws_max_size); sizes the queue
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     max_queued_creates: int = DEFAULT_MAX_QUEUED
+    max_unread_bytes: int = limits.MAX_UNREAD_BYTES  # per connection (WebSocket) or stream (SSE)
     max_traces: int = DEFAULT_MAX_TRACES
     max_connections_per_key: int | None = None
     max_requests_per_key: int | None = None
@@ -110,11 +112,14 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             traces=TraceStore(config.max_traces),
             policy=GenericPolicy(max_output_tokens=config.max_output_tokens),
         )
+        # Trace streams never end by themselves: they end when the server begins to stop.
+        app.state.shutdown.listen(app.state.pipeline.feed.close)
         app.state.http_design = select_design(config.design, DEFAULT_HTTP)
         app.state.ws_design = select_design(config.design, DEFAULT_WEBSOCKET)
         app.state.ws_lifetime_s = config.ws_lifetime_s
         app.state.max_body_bytes = config.max_body_bytes
         app.state.max_queued_creates = config.max_queued_creates
+        app.state.max_unread_bytes = config.max_unread_bytes
         # Queued frames may together hold two of the largest frames (and at least 16 MiB).
         app.state.max_queued_bytes = max(2 * config.max_frame_bytes, DEFAULT_MAX_QUEUED_BYTES)
         app.state.limits = KeyLimiter(config.max_connections_per_key, config.max_requests_per_key)
@@ -124,14 +129,17 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         try:
             yield
         finally:
+            app.state.shutdown.forget(app.state.pipeline.feed.close)
             await app.state.pipeline.billing.drain()
             database.close()
             if fine_timer:
                 restore_resolution()
 
-    return Starlette(
+    app = Starlette(
         routes=ROUTES,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _crash},
         middleware=[Middleware(RequestsPerKey)],
     )
+    app.state.shutdown = ShutdownNotice()  # given by labkit.server.shutdown.Server as it begins to stop
+    return app

@@ -6,7 +6,8 @@ billing service (the modeled hop) and the write, or queues them for
 background workers that run while the next request is served. The workers
 send up to ``OVERLAPPED_CONCURRENCY`` charges to the service at once, as a real
 client of a billing service would, and are drained when the server shuts down,
-so no charge is lost.
+so no charge is lost; a charge that comes after the drain (a response cancelled
+at the end of the shutdown's grace period) is written at once.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Billing:
         self.concurrency = concurrency
         self._queue: asyncio.Queue[Charge] = asyncio.Queue()
         self._workers: list[asyncio.Task[None]] = []
+        self.drained = False  # the server is stopping: no worker will run a queued charge again
 
     async def charge(self, charge: Charge) -> None:
         """Blocking: the caller waits for the billing service and the write."""
@@ -89,6 +91,9 @@ class Billing:
 
     def charge_later(self, charge: Charge) -> None:
         """Overlapped: queue the charge for the background workers and return at once."""
+        if self.drained:
+            self.ledger.record(charge)  # the hop is skipped: the row matters more than its timing
+            return
         self._workers = [worker for worker in self._workers if not worker.done()]
         if len(self._workers) < self.concurrency:  # started as needed, then they stay
             self._workers.append(asyncio.create_task(self._work()))
@@ -104,11 +109,11 @@ class Billing:
 
     async def drain(self) -> None:
         """Wait until every queued charge is written (at shutdown), then stop the workers."""
-        if self._workers:
-            await self._queue.join()
-            for worker in self._workers:
-                worker.cancel()
-            for worker in self._workers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await worker
-            self._workers = []
+        await self._queue.join()  # returns at once when nothing is queued
+        self.drained = True  # set before the awaits below: a charge meanwhile is written, not queued
+        for worker in self._workers:
+            worker.cancel()
+        for worker in self._workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+        self._workers = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,13 +12,22 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from labkit import limits
 from labkit.api import safejson
-from labkit.api.errors import APIError, as_api_error, invalid_request, response_not_found, too_large
+from labkit.api.errors import (
+    APIError,
+    as_api_error,
+    invalid_request,
+    rate_limited,
+    response_not_found,
+    too_large,
+)
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.sse import frame
 from labkit.designs import select_design
+from labkit.server.network import drop_if_stuck, transport_of
+from labkit.server.outbox import Outbox, SlowReader
 from labkit.server.pipeline import Pipeline
-from labkit.server.responder import prepare, respond
+from labkit.server.responder import CLIENT_TOO_SLOW, cut, prepare, respond
 from labkit.server.traces import Trace
 from labkit.server.turn import Turn
 
@@ -35,6 +45,8 @@ def error_response(err: APIError) -> JSONResponse:
 
 
 DEFAULT_MAX_BODY_BYTES = limits.MAX_BODY_BYTES
+DEFAULT_MAX_UNREAD_BYTES = limits.MAX_UNREAD_BYTES  # ``labkit serve --max-unread-bytes``
+LAST_FRAME_GRACE_S = 2.0  # how long a cut stream's last frame may wait for the client
 
 
 async def read_body(request: Request) -> bytes:
@@ -78,8 +90,10 @@ async def create_response(request: Request) -> Response:
         return error_response(err)
     assert turn.req is not None
     if turn.req.stream:
+        limit: int = getattr(request.app.state, "max_unread_bytes", DEFAULT_MAX_UNREAD_BYTES)
+        client = (request.client.host, request.client.port) if request.client else None
         return StreamingResponse(
-            sse_stream(pipeline, turn),
+            sse_stream(pipeline, turn, limit, client),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
@@ -94,40 +108,55 @@ async def _discard(event: Event) -> None:
     return None
 
 
-async def sse_stream(pipeline: Pipeline, turn: Turn) -> AsyncIterator[bytes]:
+async def sse_stream(
+    pipeline: Pipeline,
+    turn: Turn,
+    limit: int = DEFAULT_MAX_UNREAD_BYTES,
+    client: tuple[str, int] | None = None,
+) -> AsyncIterator[bytes]:
     """Run the turn in a task and frame its events as they come; a disconnect cancels it.
+
+    The turn never waits for the client: its frames go into an ``Outbox`` that this body
+    drains. A client that leaves more than ``limit`` bytes unread has the turn cut (failed,
+    its reason in the trace) and the stream ends with a ``client_too_slow`` error; if the client
+    has not taken everything sent within ``LAST_FRAME_GRACE_S``, its connection is dropped.
 
     A failure ends the stream with an error event numbered after the last event the turn
     produced (queued, not only sent). An event that cannot be framed ends it the same way,
     in its place, so the body is never cut short without a last, well-formed frame.
     """
-    queue: asyncio.Queue[Event | None] = asyncio.Queue()
     produced = -1  # the sequence number of the last event the turn emitted
+
+    def overflowed(slow: SlowReader) -> None:
+        transport = transport_of(client)  # now: once closed, its address may be another's
+        asyncio.get_running_loop().call_later(LAST_FRAME_GRACE_S, drop_if_stuck, transport)
+
+    outbox: Outbox[bytes] = Outbox(limit, on_overflow=overflowed)
 
     async def emit(event: Event) -> None:
         nonlocal produced
+        outbox.put(frame(event))  # a ValueError (not JSON: NaN) if it cannot be framed
         produced = event["sequence_number"]
-        await queue.put(event)
 
     async def run() -> None:
         try:
             await respond(pipeline, turn, emit)
+        except SlowReader as slow:
+            cut(pipeline, turn, slow.reason)
         except Exception as exc:
-            await queue.put(as_api_error(exc).sse_event(produced + 1))
+            with contextlib.suppress(SlowReader):
+                outbox.put(frame(as_api_error(exc).sse_event(produced + 1)))
         finally:
-            await queue.put(None)
+            outbox.end()
 
     task = asyncio.create_task(run())
     try:
-        while (event := await queue.get()) is not None:
-            try:
-                data = frame(event)
-            except ValueError:  # not JSON (NaN): the safety net of labkit.api.safejson.dumps
-                task.cancel()
-                # It takes the unsent event's number: the client sees no gap and no repeat.
-                yield frame(as_api_error(ValueError()).sse_event(event["sequence_number"]))
-                return
-            yield data
+        try:
+            async for data in outbox:
+                yield data
+        except SlowReader as slow:
+            message = f"The client read too slowly: {slow.reason}. The response was cut."
+            yield frame(rate_limited(message, code=CLIENT_TOO_SLOW).sse_event(produced + 1))
     finally:
         if not task.done():
             task.cancel()

@@ -19,10 +19,17 @@ import asyncio
 import functools
 import weakref
 from collections import OrderedDict
+from http import HTTPStatus
 from typing import Any
+
+from labkit.api import safejson
+from labkit.api.errors import APIError, invalid_request
 
 # Enough to remember every live connection of a busy workshop.
 MAX_REMEMBERED = 65_536
+# A request's line and headers together (what h11 buffers before the body): past it, a 431.
+# Real clients send a few KiB; h11's own default, made labkit's (``labkit serve`` sets it).
+MAX_HEADER_BYTES = 16 * 1024
 
 
 class ConnectionTracker:
@@ -55,6 +62,33 @@ class ConnectionTracker:
 
 
 _TRACKERS: weakref.WeakSet[ConnectionTracker] = weakref.WeakSet()
+# Every live connection's transport by its peer's (host, port), for ``abort``.
+_TRANSPORTS: weakref.WeakValueDictionary[tuple[str, int], asyncio.BaseTransport] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def transport_of(client: tuple[str, int] | None) -> asyncio.BaseTransport | None:
+    """The transport of the connection from ``client``, None if it is not known.
+
+    Connections served through ``TrackedHTTP`` are known (a WebSocket too: it starts as an
+    HTTP request); an in-process test client's are not. Look it up while the connection is
+    open: once it has closed, its address may be another connection's.
+    """
+    return _TRANSPORTS.get((str(client[0]), int(client[1]))) if client else None
+
+
+def drop_if_stuck(transport: asyncio.BaseTransport | None, *, closing: bool = False) -> bool:
+    """Drop a connection (``abort``: unsent bytes and all) if its peer has not taken all it was
+    sent, or with ``closing`` (it was sent a WebSocket close) has not answered the close; True
+    if it did. The end for a peer that stopped reading, whose close frame or last chunk would
+    otherwise wait behind what it has not read, forever."""
+    if not isinstance(transport, asyncio.WriteTransport):
+        return False
+    stuck = transport.get_write_buffer_size() > 0 or (closing and not transport.is_closing())
+    if stuck:
+        transport.abort()
+    return stuck
 
 
 def client_of(transport: asyncio.BaseTransport) -> tuple[str, int] | None:
@@ -94,9 +128,39 @@ class TrackedHTTP(asyncio.Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.inner = http_protocol(self.http)(*args, **kwargs)
         self.client: tuple[str, int] | None = None
+        if hasattr(self.inner, "send_400_response"):
+            # uvicorn answers a request h11 cannot parse in plain text; the API's shape instead.
+            self.inner.send_400_response = self.refuse_unparsed
+
+    def unparsed_error(self) -> APIError:
+        """What a request h11 refused gets: a 431 if its head outgrew the bound, else a 400."""
+        config = getattr(self.inner, "config", None)
+        limit = getattr(config, "h11_max_incomplete_event_size", None) or MAX_HEADER_BYTES
+        buffered, _closed = self.inner.conn.trailing_data  # h11's buffer: the head that did not parse
+        if len(buffered) > limit:
+            return APIError(
+                431,
+                f"The request's line and headers are larger than this server's limit of {limit} bytes.",
+                code="request_header_fields_too_large",
+            )
+        return invalid_request("We could not parse the HTTP request.")
+
+    def refuse_unparsed(self, _message: str) -> None:
+        """Send ``unparsed_error`` as JSON and close, as uvicorn closes after its own answer."""
+        err = self.unparsed_error()
+        body = safejson.dumps(err.body()).encode()
+        head = (
+            f"HTTP/1.1 {err.status} {HTTPStatus(err.status).phrase}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        transport = self.inner.transport
+        transport.write(head.encode() + body)  # the request was never parsed: no state to keep
+        transport.close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.client = client_of(transport)
+        if self.client is not None:
+            _TRANSPORTS[self.client] = transport
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:

@@ -62,7 +62,7 @@ from labkit.server.billing import Billing, Charge, Ledger
 from labkit.server.network import ConnectionTracker
 from labkit.server.profiles import Profile
 from labkit.server.render_cache import PrefixHasher, RenderCache
-from labkit.server.routing import Router
+from labkit.server.routing import Router, serve_as
 from labkit.server.safety import classifier_texts, scan
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.store import ResponseStore
@@ -134,6 +134,7 @@ class Pipeline:
         with trace.stage(Stage.AUTH):
             owner = self.keys.owner(authorization)
             await _sleep(self.profile.auth.hop_ms / 1000)
+        serve_as(owner)  # the caches this request reaches are its owner's view of them
         return owner
 
     async def depart(self, turn: Turn) -> None:
@@ -226,7 +227,7 @@ class Pipeline:
                 buffer, todo, span.detail["cache"] = cached.buffer.fork(), turn.new_items, "connection"
                 turn.hasher = cached.hasher.copy() if cached.hasher else None
             elif reuse and turn.design.render_cache:
-                turn.hasher = PrefixHasher(key)
+                turn.hasher = PrefixHasher(key, turn.owner)  # a key's renderings are its own
                 items = turn.items
                 keys = await off_loop_if_large(text_chars(items), span, turn.hasher.extend, items)
                 found, used = self.render_cache.longest_prefix(keys)
@@ -261,7 +262,7 @@ class Pipeline:
                 except UnknownModel as exc:
                     raise model_not_found(str(exc)) from None
             turn.model = model
-            turn.replica = turn.pinned or self.router.pick(req.prompt_cache_key)
+            turn.replica = turn.pinned or self.router.pick(req.prompt_cache_key, turn.owner)
             span.detail["replica"] = turn.replica.name
 
     async def intermediary(self, turn: Turn) -> None:
@@ -385,7 +386,7 @@ class Pipeline:
             buffer.add_block_keys(turn.replica.retain(buffer.ids, buffer.block_keys, work))
             hashed = 0
             if turn.design.render_cache:
-                hasher = turn.hasher or PrefixHasher(buffer.key)
+                hasher = turn.hasher or PrefixHasher(buffer.key, turn.owner)
                 hashed = len(hasher.extend(turn.items_from(hasher.count)))
                 turn.hasher = hasher
                 if hasher.last is not None:

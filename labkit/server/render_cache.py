@@ -13,6 +13,13 @@ longest prefix it has rendered before; only the items after it are tokenized.
     >>> hit, used = cache.longest_prefix(prefix_keys(buf.key, items + items))
     >>> used, hit.ids == buf.ids
     (1, True)
+
+The cache is shared by every key a server serves, so each key's keys are its
+own: a hasher made for an owner seeds its hash with the owner, and another
+owner's same conversation never finds it (nor learns that it was rendered).
+
+    >>> cache.longest_prefix(prefix_keys(buf.key, items, owner="key_b"))
+    (None, 0)
 """
 
 from __future__ import annotations
@@ -28,13 +35,15 @@ from labkit.engine.render import TokenBuffer, item_block
 class PrefixHasher:
     """A running hash over the system block and then item after item.
 
-    Key ``i`` names the system block and items ``0..i``: equal keys, equal tokens.
-    It can be copied and extended, so a conversation that grows is hashed only
-    where it grew.
+    Key ``i`` names the system block and items ``0..i`` (and, given one, their owner):
+    equal keys, equal tokens. It can be copied and extended, so a conversation that
+    grows is hashed only where it grew.
     """
 
-    def __init__(self, header: str) -> None:
+    def __init__(self, header: str, owner: str | None = None) -> None:
         self._running = hashlib.sha256(header.encode())
+        if owner is not None:  # owners never share an entry: see the module's docstring
+            self._running.update(b"\x02" + owner.encode())
         self.count = 0  # items hashed so far
         self.last: str | None = None  # the key after the last item
 
@@ -54,9 +63,9 @@ class PrefixHasher:
         return twin
 
 
-def prefix_keys(header: str, items: Sequence[dict[str, Any]]) -> list[str]:
+def prefix_keys(header: str, items: Sequence[dict[str, Any]], owner: str | None = None) -> list[str]:
     """The key of every prefix of ``items`` (see ``PrefixHasher``)."""
-    return PrefixHasher(header).extend(items)
+    return PrefixHasher(header, owner).extend(items)
 
 
 class RenderCache:

@@ -3,7 +3,8 @@
 ``prepare`` runs everything before inference and may refuse the request (an
 ``APIError`` before any event is sent); ``respond`` streams the events
 through ``emit`` and returns the conversation a follow-up can reuse.
-``labkit.server.appended`` is the prototype's variant of ``respond``.
+``labkit.server.appended`` is the prototype's variant of ``respond``; ``cut``
+records a response whose client stopped reading.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from labkit.api.stages import Stage
 from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.trace_stream import trace_event
 from labkit.server.turn import Conversation, Turn
+
+CLIENT_TOO_SLOW = "client_too_slow"  # the error code of a response cut for its slow reader
 
 
 async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
@@ -70,3 +73,23 @@ async def finish(
         replica=turn.replica,
         hasher=turn.hasher,
     )
+
+
+def cut(pipeline: Pipeline, turn: Turn, reason: str) -> None:
+    """Record a response cut because its client left too much unread (``labkit.server.outbox``).
+
+    It ends ``failed`` with the error ``client_too_slow`` and is billed as abandoned; it is not
+    stored, unless the cut came at its terminal event (a response is stored just before that).
+    The span of the stage it was cut in (its last) says why, and the key's trace subscribers
+    see it fail.
+
+        cut(pipeline, turn, "client too slow: 1048600 bytes unread (limit 1048576)")
+    """
+    if not turn.response:
+        return  # cut before it had an id: nothing to record
+    turn.response.update(status="failed", error={"code": CLIENT_TOO_SLOW, "message": reason})
+    if turn.trace.spans:
+        turn.trace.spans[-1].detail["cut"] = reason
+    if pipeline.feed.wants(turn.owner):
+        spans = [span.to_json() for span in turn.trace.spans]
+        pipeline.feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))

@@ -11,7 +11,9 @@ key's responses, each marked with a short label of its key, never the key.
 
 A subscriber that reads too slowly loses its oldest events, not the server's
 memory (each queue holds ``QUEUE_SIZE`` events), and a comment line every
-``HEARTBEAT_S`` keeps idle connections open through proxies.
+``HEARTBEAT_S`` keeps idle connections open through proxies. When the server
+begins to shut down every stream ends, after the events it holds and a last
+comment line, so a subscriber never holds up a shutdown (``TraceFeed.close``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from labkit.api.sse import frame
 INSTRUCTORS_ENV = "LABKIT_INSTRUCTOR_KEYS"
 QUEUE_SIZE = 256
 HEARTBEAT_S = 10.0
+END_OF_STREAM = None  # queued last by ``Subscriber.close``: the stream ends once it is read
 
 
 def instructor_keys_from_env() -> list[str]:
@@ -53,10 +56,21 @@ def owner_label(owner: str) -> str:
 class Subscriber:
     owner: str
     sees_everyone: bool
-    queue: asyncio.Queue[dict[str, Any]] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
+    queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     dropped: int = 0
+    closed: bool = False
 
     def offer(self, event: dict[str, Any]) -> None:
+        if not self.closed:  # nothing may follow the end of the stream (nor push it out)
+            self._put(event)
+
+    def close(self) -> None:
+        """End the stream: the events already queued are sent, then nothing more."""
+        if not self.closed:
+            self._put(END_OF_STREAM)
+            self.closed = True
+
+    def _put(self, event: dict[str, Any] | None) -> None:
         if self.queue.full():  # a slow reader loses its oldest event, not the server's memory
             self.queue.get_nowait()
             self.dropped += 1
@@ -68,11 +82,25 @@ class TraceFeed:
 
     def __init__(self) -> None:
         self.subscribers: set[Subscriber] = set()
+        self.closed = False
 
     def subscribe(self, owner: str, *, sees_everyone: bool = False) -> Subscriber:
         subscriber = Subscriber(owner, sees_everyone)
         self.subscribers.add(subscriber)
+        if self.closed:  # subscribed while the server shuts down: its stream ends at once
+            subscriber.close()
         return subscriber
+
+    def close(self) -> None:
+        """End every subscriber's stream, and any later one's: the server is shutting down.
+
+        >>> feed = TraceFeed(); watching = feed.subscribe("key_a")
+        >>> feed.close(); watching.queue.get_nowait() is END_OF_STREAM
+        True
+        """
+        self.closed = True
+        for subscriber in list(self.subscribers):
+            subscriber.close()
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self.subscribers.discard(subscriber)
@@ -114,6 +142,9 @@ async def _events(feed: TraceFeed, subscriber: Subscriber) -> AsyncIterator[byte
             except TimeoutError:
                 yield b": keep-alive\n\n"
                 continue
+            if event is END_OF_STREAM:
+                yield b": server shutting down\n\n"
+                return  # the response ends cleanly, so its connection closes and the shutdown goes on
             yield frame(event)
     finally:
         with contextlib.suppress(Exception):

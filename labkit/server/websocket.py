@@ -20,6 +20,14 @@ A connection holds a bounded amount for its client: at most ``MAX_LANES`` lanes,
 ``max_queued_bytes`` of their frames) waiting; a create past those is answered with
 an error event (``websocket_queue_full``), never held. Whatever a frame holds, the
 worst it gets is an error event: the socket stays open and every lane keeps serving.
+
+Events go out through the connection's ``Outbox``: a response queues them and goes on
+decoding, and one writer task hands them to the socket, the only task that waits for a
+client that reads slowly. So a client that stops reading holds its own events, never an
+engine slot. Past ``max_unread_bytes`` unread (``labkit serve --max-unread-bytes``) its
+responses are cut (failed, not stored, the reason in their traces) and the connection
+closes with 1008 ``client too slow: N bytes unread``; if the client has not answered the close
+within ``CLOSE_GRACE_S`` (it waits behind what the client has not read), the connection is dropped.
 """
 
 from __future__ import annotations
@@ -45,8 +53,10 @@ from labkit.designs import Design, select_design
 from labkit.engine.inference import Replica
 from labkit.server.appended import respond_appended
 from labkit.server.auth import KeyLimiter
+from labkit.server.network import drop_if_stuck, transport_of
+from labkit.server.outbox import Outbox, SlowReader
 from labkit.server.pipeline import Pipeline
-from labkit.server.responder import prepare, respond
+from labkit.server.responder import cut, prepare, respond
 from labkit.server.traces import Span, Trace
 from labkit.server.turn import Conversation, Turn
 
@@ -56,6 +66,19 @@ MAX_IN_FLIGHT = 16
 DEFAULT_LIFETIME_S = 60 * 60
 DEFAULT_MAX_QUEUED = limits.MAX_QUEUED_CREATES  # ``labkit serve --max-queued-creates``
 DEFAULT_MAX_QUEUED_BYTES = limits.MAX_QUEUED_BYTES
+DEFAULT_MAX_UNREAD_BYTES = limits.MAX_UNREAD_BYTES  # ``labkit serve --max-unread-bytes``
+TOO_SLOW = 1008  # the close code for a client that left too much unread (policy violation)
+CLOSE_GRACE_S = 2.0  # how long a close frame may wait for the client before the connection drops
+
+
+def check_stream_id(stream_id: Any) -> None:
+    """Refuse a ``stream_id`` that is not a lane's name (``None`` is the default lane)."""
+    if stream_id is not None and not (isinstance(stream_id, str) and STREAM_ID.fullmatch(stream_id)):
+        raise invalid_request(
+            "Invalid 'stream_id': use 1 to 256 characters from A-Z, a-z, 0-9, '_', '.', '-'.",
+            param="stream_id",
+            code="invalid_stream_id",
+        )
 
 
 @dataclass
@@ -83,6 +106,7 @@ class WebSocketSession:
         *,
         max_queued: int = DEFAULT_MAX_QUEUED,
         max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+        max_unread_bytes: int = DEFAULT_MAX_UNREAD_BYTES,
         limits: KeyLimiter | None = None,
     ) -> None:
         self.ws = ws
@@ -93,7 +117,10 @@ class WebSocketSession:
         self.setup = list(setup or [])  # connection set-up spans, reported with the first response
         self.replica: Replica | None = None  # the connection is pinned to one replica
         self.lanes: dict[str | None, Lane] = {}
-        self._send_lock = asyncio.Lock()
+        self.outbox: Outbox[str] = Outbox(max_unread_bytes, on_overflow=self._cut)
+        self.slow: SlowReader | None = None  # set once the client left too much unread
+        self.writer: asyncio.Task[None] | None = None
+        self.closer: asyncio.Task[None] | None = None
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.max_queued = max_queued
         self.max_queued_bytes = max_queued_bytes
@@ -103,6 +130,7 @@ class WebSocketSession:
 
     async def run(self) -> None:
         expiry = asyncio.create_task(self._expire())
+        writer = self.writer = asyncio.create_task(self._write())
         try:
             while True:
                 message = await self.ws.receive()
@@ -115,18 +143,25 @@ class WebSocketSession:
                     await self.dispatch(frame)
                 except WebSocketDisconnect:
                     raise
+                except SlowReader:
+                    continue  # being cut: read on until the connection ends
                 except Exception:
                     if self.ws.application_state != WebSocketState.CONNECTED:
                         raise
                     # A bug, not the client's: answer the frame and keep the socket open.
-                    await self.send(server_error().ws_event())
+                    with contextlib.suppress(SlowReader):
+                        await self.send(server_error().ws_event())
         except (WebSocketDisconnect, RuntimeError):
             pass
         finally:
             expiry.cancel()
+            writer.cancel()
             for lane in self.lanes.values():
                 if lane.worker is not None:
                     lane.worker.cancel()
+            if self.closer is not None:  # done by now, or within its grace
+                with contextlib.suppress(Exception):
+                    await self.closer
 
     async def _expire(self) -> None:
         await asyncio.sleep(self.lifetime_s)
@@ -135,19 +170,44 @@ class WebSocketSession:
             f"This WebSocket connection reached its {limit} limit. Open a new connection.",
             code="websocket_connection_limit_reached",
         )
-        await self.send(err.ws_event())
-        with contextlib.suppress(RuntimeError):
-            await self.ws.close(code=1000)
+        with contextlib.suppress(SlowReader):  # a connection being cut closes anyway
+            await self.send(err.ws_event())
+            self.outbox.end()  # the writer closes (1000) after this last event
 
     async def send(self, event: Event, stream_id: str | None = None) -> None:
+        """Queue an event for the writer, without waiting for the socket (``SlowReader`` past
+        the bound). Never suspends: every delta comes this way."""
         if stream_id is not None:
             event = {**event, "stream_id": stream_id}
-        async with self._send_lock:
-            if self.ws.application_state == WebSocketState.CONNECTED:
-                await self.ws.send_text(encode_event(event))
+        self.outbox.put(encode_event(event))
+
+    async def _write(self) -> None:
+        """The one task that waits for the client: the outbox's events to the socket, in order."""
+        try:
+            async for text in self.outbox:
+                await self.ws.send_text(text)
+        except SlowReader:
+            return  # the cut closes the connection (``_cut``)
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            self.outbox.end()  # the client has gone (``run`` sees it): nothing more is queued
+            return
+        await close(self.ws, 1000)  # ended: the connection's lifetime is over
+
+    def _cut(self, slow: SlowReader) -> None:
+        """Past the bound: every response of the connection ends now, its engine slot freed, and
+        the connection closes with the reason (the outbox has dropped the unread events)."""
+        self.slow = slow
+        for lane in self.lanes.values():
+            if lane.worker is not None:
+                lane.worker.cancel()  # each records its cut (``_respond``)
+        if self.writer is not None:
+            self.writer.cancel()  # it may be waiting for the socket, which the client does not read
+        self.closer = asyncio.create_task(close(self.ws, TOO_SLOW, slow.reason, cut=True))
 
     async def dispatch(self, frame: str | bytes) -> None:
         """Route one client frame; a bad frame gets an error event, never a closed socket."""
+        if self.slow is not None:
+            return  # the connection is being cut: nothing new starts
         try:
             payload = safejson.loads(frame, what="the WebSocket frame")
         except APIError as err:
@@ -188,7 +248,9 @@ class WebSocketSession:
 
     async def append(self, payload: dict[str, Any]) -> None:
         """labkit extension: tool results for the appended rollout paused on this lane."""
-        lane = self.lanes.get(payload.get("stream_id"))
+        stream_id = payload.get("stream_id")
+        check_stream_id(stream_id)  # a lane key: a list or an object would not even hash
+        lane = self.lanes.get(stream_id)
         if lane is None or not lane.in_rollout:
             raise invalid_request("No response on this connection is waiting for response.append.")
         if payload.get("response_id") != lane.rollout_id:
@@ -210,12 +272,7 @@ class WebSocketSession:
         lane.appends.put_nowait(items)
 
     def lane(self, stream_id: Any) -> Lane:
-        if stream_id is not None and not (isinstance(stream_id, str) and STREAM_ID.fullmatch(stream_id)):
-            raise invalid_request(
-                "Invalid 'stream_id': use 1 to 256 characters from A-Z, a-z, 0-9, '_', '.', '-'.",
-                param="stream_id",
-                code="invalid_stream_id",
-            )
+        check_stream_id(stream_id)
         lane = self.lanes.get(stream_id)
         if lane is None:
             named = sum(1 for key in self.lanes if key is not None)
@@ -240,6 +297,8 @@ class WebSocketSession:
                     await self.respond(lane, body)
             except (WebSocketDisconnect, asyncio.CancelledError):
                 raise
+            except SlowReader:
+                return  # the connection is being cut: so is this lane
             except Exception:  # the lane must outlive any one response, or it is stuck for good
                 with contextlib.suppress(Exception):
                     await self.send(server_error().ws_event(), lane.stream_id)
@@ -282,7 +341,9 @@ class WebSocketSession:
             else:
                 lane.cache = await respond(self.pipeline, turn, emit)
             self.replica = lane.cache.replica
-        except (WebSocketDisconnect, asyncio.CancelledError):
+        except (WebSocketDisconnect, asyncio.CancelledError, SlowReader):
+            if self.slow is not None:
+                cut(self.pipeline, turn, self.slow.reason)
             raise
         except Exception as exc:
             if lane.cache is not None and lane.cache.response["id"] == previous:
@@ -336,12 +397,29 @@ async def websocket_endpoint(ws: WebSocket) -> None:
             trace.spans,
             max_queued=getattr(state, "max_queued_creates", DEFAULT_MAX_QUEUED),
             max_queued_bytes=getattr(state, "max_queued_bytes", DEFAULT_MAX_QUEUED_BYTES),
+            max_unread_bytes=getattr(state, "max_unread_bytes", DEFAULT_MAX_UNREAD_BYTES),
             limits=limits,
         )
         try:
             await session.run()
         except Exception:  # never drop the TCP connection without a close frame
-            with contextlib.suppress(Exception):
-                await ws.close(code=1011)
+            await close(ws, 1011)
     finally:
         hold.__exit__(None, None, None)
+
+
+async def close(ws: WebSocket, code: int, reason: str = "", *, cut: bool = False) -> None:
+    """Close with ``code``; if the close frame cannot go out within ``CLOSE_GRACE_S`` (it waits
+    behind what the client has not read), drop the connection instead. A ``cut`` connection is
+    also dropped if, that long after its close frame, the client has not answered it."""
+    transport = transport_of((ws.client.host, ws.client.port) if ws.client else None)
+    try:
+        await asyncio.wait_for(ws.close(code=code, reason=reason), CLOSE_GRACE_S)
+    except TimeoutError:
+        drop_if_stuck(transport)
+        return
+    except Exception:  # closed already, or gone
+        return
+    if cut:  # a client too slow to read may never take the close frame it was given
+        await asyncio.sleep(CLOSE_GRACE_S)
+        drop_if_stuck(transport, closing=True)

@@ -6,9 +6,9 @@ that each run the same uvicorn server on that socket; the kernel hands each new 
 one of them, and the connection stays there. The parent prints the ready line once every
 worker serves, then supervises:
 
-- SIGTERM or Ctrl-C (SIGINT) to the parent stops every worker gracefully (each finishes its
-  connections and drains its billing queue), kills any still running after ``GRACE_S``, and
-  exits; the workers have their own process groups, so Ctrl-C reaches the parent only;
+- SIGTERM or Ctrl-C (SIGINT) to the parent stops every worker gracefully (each ends its trace
+  streams, finishes its connections and drains its billing queue), kills any still running after
+  ``GRACE_S``, and exits; the workers have their own process groups, so Ctrl-C reaches the parent only;
 - a worker that dies is replaced by a new one (its connections are lost);
 - a worker whose parent dies (even by SIGKILL) notices at once, through a pipe whose other
   end only the parent holds, and shuts down by itself;

@@ -33,7 +33,7 @@ class Replica:
 
     def __init__(self, name: str = "replica-0", cache: PrefixCache | None = None) -> None:
         self.name = name
-        self.cache = cache or PrefixCache()
+        self.cache = cache if cache is not None else PrefixCache()  # an empty cache is falsy (len 0)
 
     async def prefill(
         self, model: ModelSpec, tokens: Sequence[int], known: Sequence[int] = (), *, tail: Sequence[int] = ()

@@ -26,6 +26,7 @@ from labkit.cli.checks import (
     positive_number,
     speeds,
 )
+from labkit.cli.doctor import doctor_command
 from labkit.cli.serve import serve
 from labkit.designs import DESIGNS
 from labkit.paths import default_data_dir
@@ -257,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--json", action="store_true", help="print rows as JSON instead of tables")
     c.set_defaults(func=compare_command, command_parser=c)
+
+    doctor_help = "check this machine is ready for the workshop: Python, install, notebooks, timer, CPU"
+    d = sub.add_parser("doctor", help=doctor_help, description=doctor_help, formatter_class=HelpFormatter)
+    d.add_argument("--skip-smoke", action="store_true", help="skip the short rollout against a real server")
+    d.set_defaults(func=doctor_command, command_parser=d)
     # Named in "the following arguments are required: ..." when no command is given.
     sub.metavar = "{" + ",".join(sub.choices) + "}"
     return parser

@@ -57,7 +57,7 @@ class Finding:
     fix: str = ""
 
 
-# Requirements: read with ``packaging`` where it is installed, else only for presence.
+# Requirements are read with ``packaging`` (a base dependency); without it, only for presence.
 
 
 def _version_of(name: str) -> str | None:

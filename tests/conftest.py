@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -116,3 +119,25 @@ def by_stage(spans: list[dict]) -> dict[str, dict]:
     found = {span["stage"]: span for span in spans}
     assert len(found) == len(spans), f"a stage ran twice: {[s['stage'] for s in spans]}"
     return found
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that this test holds, listening, for its whole duration."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The sockets process ``pid`` holds open, by inode (from /proc: Linux)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:[") : -1])
+    return inodes

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,15 +42,6 @@ def one_line_error(result: subprocess.CompletedProcess[str], *facts: str) -> str
     for fact in facts:
         assert fact in lines[0], (fact, lines[0])
     return lines[0]
-
-
-@pytest.fixture
-def busy_port() -> Iterator[int]:
-    """A port on 127.0.0.1 that this test holds, listening, for its whole duration."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
 
 
 def test_serve_on_a_port_in_use(busy_port: int, tmp_path: Path) -> None:

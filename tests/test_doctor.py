@@ -9,7 +9,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,14 +49,6 @@ def failed(out: str, name: str, *facts: str) -> str:
     for fact in facts:
         assert fact in "\n".join(lines), (fact, lines)
     return lines[1]
-
-
-@pytest.fixture
-def busy_port() -> Iterator[int]:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
 
 
 def test_doctor_passes_here(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import statistics
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import server_spans
+from conftest import auth_headers, server_spans, socket_inodes
 from test_room import room_load
 from websockets.sync.client import ClientConnection, connect
 
@@ -54,23 +53,6 @@ TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 def server() -> Iterator[LabkitServer]:
     with LabkitServer(args=["--profile", "local", "--max-unread-bytes", str(MAX_UNREAD)]) as running:
         yield running
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-def socket_inodes(pid: int) -> set[str]:
-    """The sockets process ``pid`` holds open, by inode (from /proc: Linux)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            link = os.readlink(fd)
-        except OSError:
-            continue  # closed meanwhile
-        if link.startswith("socket:["):
-            inodes.add(link[len("socket:[") : -1])
-    return inodes
 
 
 def holds(pid: int, clients: list[socket.socket]) -> int:
@@ -130,7 +112,8 @@ class Feed:
 
     def _read(self) -> None:
         try:
-            with httpx.stream("GET", self.url, headers=bearer(self.key), timeout=CUT_DEADLINE_S) as reply:
+            headers = auth_headers(self.key)
+            with httpx.stream("GET", self.url, headers=headers, timeout=CUT_DEADLINE_S) as reply:
                 self.subscribed.set()  # the server subscribes before it answers
                 for line in reply.iter_lines():
                     if line.startswith("data: "):
@@ -159,7 +142,7 @@ def test_a_learner_who_never_reads_holds_up_nobody(server: LabkitServer) -> None
     load = room_load()
     pid = server.processes()[0]
     feed = Feed(server, load.HOSTILE_KEY, want=SOCKETS * ANSWERS)
-    with connect(server.ws_url, additional_headers=bearer(LEARNER_KEY), open_timeout=10) as learner:
+    with connect(server.ws_url, additional_headers=auth_headers(LEARNER_KEY), open_timeout=10) as learner:
         answer(learner, SHORT)  # warm: the tokenizer's cache, the replica's prefix cache
         alone = [answer(learner, SHORT) for _ in range(SAMPLES)]
         rss_before = rss_kb(pid)
@@ -217,7 +200,7 @@ def test_an_sse_stream_nobody_reads_is_cut_and_dropped(server: LabkitServer) -> 
     assert feed.done.wait(5), "no trace of the cut response"
     assert cut_stages(feed.events) == ["decode"]
     stored = httpx.get(
-        f"{server.base_url}/responses/{feed.events[0]['response_id']}", headers=bearer(SSE_KEY)
+        f"{server.base_url}/responses/{feed.events[0]['response_id']}", headers=auth_headers(SSE_KEY)
     )
     assert stored.status_code == 404  # cut before its end: never stored
 
@@ -262,7 +245,7 @@ def test_a_slow_reader_is_told_why_it_was_cut(server: LabkitServer) -> None:
 def test_a_reader_that_keeps_up_is_never_cut(server: LabkitServer) -> None:
     """Eight lanes at once, several times the bound in all: read as they come, none is cut."""
     lanes, received = 8, 0
-    with connect(server.ws_url, additional_headers=bearer(LEARNER_KEY), open_timeout=10) as ws:
+    with connect(server.ws_url, additional_headers=auth_headers(LEARNER_KEY), open_timeout=10) as ws:
         for lane in range(lanes):
             create = {"type": "response.create", "model": "labkit-classic", "input": "Write 130 tokens."}
             ws.send(json.dumps({**create, "store": False, "stream_id": f"lane-{lane}"}))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import socket_inodes
 
 from labkit.client.agent import run_rollout
 from labkit.scenarios import synthetic
@@ -39,18 +40,6 @@ CHAINS, TURNS = 6, 8
 
 def port_of(server: LabkitServer) -> int:
     return int(server.base_url.rsplit(":", 1)[1].split("/")[0])
-
-
-def socket_inodes(pid: int) -> set[str]:
-    found = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue  # closed meanwhile
-        if target.startswith("socket:["):
-            found.add(target[len("socket:[") : -1])
-    return found
 
 
 def worker_holding(server: LabkitServer, client_port: int) -> int:

@@ -19,7 +19,11 @@ The names, grouped:
   (the agent's real tools, on a sandbox copy of the sample repository); ``fetch_spans``
   (the server's spans of any response, such as one an SDK client made)
 - designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``
-- metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work``, ``span_detail``
+- metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work``, ``span_detail``;
+  ``compare`` (designs side by side, with units; medians of repeated runs from ``repeat``),
+  ``styled`` (any such table, formatted by its units)
+- the learner's part: ``glossary`` (every stage and idea, defined), ``check_guess`` (a
+  prediction against the measurement, in one sentence), ``trend`` (a series' shape in words)
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
@@ -42,9 +46,13 @@ from labkit.analysis import frontend, plots, whatif
 from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
 from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.frames import span_detail, stage_work
+from labkit.analysis.glossary import glossary
+from labkit.analysis.guesses import check as check_guess
+from labkit.analysis.guesses import trend
 from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
+from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
 from labkit.client.agent import Rollout, Toolbox, TurnRecord, fetch_spans
 from labkit.client.trace_watch import TraceWatcher
@@ -75,21 +83,27 @@ __all__ = [
     "TurnRecord",
     "about",
     "bucket_of",
+    "check_guess",
+    "compare",
     "compose",
     "cpu_costs",
     "end_to_end",
     "fetch_spans",
+    "glossary",
     "plan_table",
     "plots",
     "predict",
     "profile",
+    "repeat",
     "scenario",
     "shape",
     "show",
     "shown",
     "span_detail",
     "stage_work",
+    "styled",
     "summary",
+    "trend",
     "turn_table",
     "watch_traces",
     "what_if_lab",
@@ -194,6 +208,29 @@ def predict(
         cpu=cpu or cpu_costs(),
         fresh_connection=fresh_connection,
     )
+
+
+def repeat(
+    base_url: str,
+    designs: list[str],
+    scenario: str | Scenario = DEFAULT_SCENARIO,
+    *,
+    runs: int = 3,
+    **options: Any,
+) -> dict[str, list[pd.DataFrame]]:
+    """Each design's rollout ``runs`` times, the designs taking turns within each run (so any drift
+    of the machine touches them all alike): the frames, by design, for ``compare``.
+
+        frames = repeat(server.base_url, ["websocket", "appended"], runs=3)
+        styled(compare(frames, baseline="websocket"))   # medians, and their spread
+    """
+    if runs < 1:
+        raise ValueError("repeat needs at least one run")
+    frames: dict[str, list[pd.DataFrame]] = {design: [] for design in designs}
+    for _ in range(runs):
+        for design in designs:
+            frames[design].append(Rollout.run(base_url, design, scenario, **options).frame())
+    return frames
 
 
 def what_if_lab(settings: whatif.Settings | None = None) -> WhatIfLab:

@@ -21,37 +21,68 @@ class Stage(StrEnum):
     ['connect', 'upgrade', 'uplink']
     """
 
-    CONNECT = "connect"  # TCP + TLS handshakes, where a connection is really opened
-    UPGRADE = "upgrade"  # WebSocket mode: the upgrade request and its answer
-    UPLINK = "uplink"  # the request crossing the network
-    AUTH = "auth"  # the key check and the auth service hop
-    VALIDATION = "validation"  # the request body, checked
-    HYDRATION = "hydration"  # the conversation so far, from the connection cache or the store
-    INPUT_SAFETY = "input_safety"  # the classifier over input
-    RENDER = "render"  # chat template and tokenization
-    ROUTING = "routing"  # model configuration and the choice of a replica
-    INTERMEDIARY = "intermediary"  # the hop through an intermediary service
-    DOWNLINK = "downlink"  # the answer's first byte crossing the network
-    QUEUE = "queue"  # waiting for a slot on the replica
-    PREFILL = "prefill"  # prompt tokens the prefix cache lacks
-    DECODE = "decode"  # sampling at the model's pace
-    OUTPUT_SAFETY = "output_safety"  # the classifier over the output
-    RETAIN = "retain"  # the conversation's KV and rendering kept for next time
-    STORAGE = "storage"  # the response written to the store (store=true)
-    BILLING = "billing"  # one ledger row
+    CONNECT = "connect"
+    UPGRADE = "upgrade"
+    UPLINK = "uplink"
+    AUTH = "auth"
+    VALIDATION = "validation"
+    HYDRATION = "hydration"
+    INPUT_SAFETY = "input_safety"
+    RENDER = "render"
+    ROUTING = "routing"
+    INTERMEDIARY = "intermediary"
+    DOWNLINK = "downlink"
+    QUEUE = "queue"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    OUTPUT_SAFETY = "output_safety"
+    RETAIN = "retain"
+    STORAGE = "storage"
+    BILLING = "billing"
 
 
 class ClientStep(StrEnum):
     """What the client's side of a turn records: two stages and four instants (and, when a
     notebook watches a rollout live, the time it spent fetching the turn's spans)."""
 
-    BUILD = "build"  # building the request
-    TOOL = "tool"  # running one tool
-    OBSERVE = "observe"  # fetching the turn's spans to draw them: not the agent's time
+    BUILD = "build"
+    TOOL = "tool"
+    OBSERVE = "observe"
     SEND = "send"
     FIRST_DELTA = "first_delta"
     LAST_DELTA = "last_delta"
     DONE = "done"
+
+
+# What each stage and client step is, in one sentence: the one source for code comments, the
+# notebooks' glossary (``lab.glossary()``) and the instructor guide.
+DEFINITIONS: dict[str, str] = {
+    Stage.CONNECT: "Opening a connection: the TCP and TLS handshakes, paid only where a new one opens.",
+    Stage.UPGRADE: "WebSocket mode only: the HTTP request that turns a connection into a WebSocket.",
+    Stage.UPLINK: "The request crossing the network from the client to the API service.",
+    Stage.AUTH: "Checking the API key, including the hop to an auth service.",
+    Stage.VALIDATION: "Checking the request body against the API's rules (types, limits, tool schemas).",
+    Stage.HYDRATION: "Finding the conversation so far: from the connection's cache, or from the store.",
+    Stage.INPUT_SAFETY: "A safety classifier reading the input it has not vouched for yet.",
+    Stage.RENDER: "Turning the conversation into the model's prompt: chat template and tokenization.",
+    Stage.ROUTING: "Resolving the model's configuration and choosing a replica (a GPU server) for it.",
+    Stage.INTERMEDIARY: "The extra hop through an intermediary service on the way to inference.",
+    Stage.DOWNLINK: "The answer's first bytes crossing the network back to the client.",
+    Stage.QUEUE: "Waiting for a free slot on the chosen replica.",
+    Stage.PREFILL: "The GPU reading the prompt tokens its prefix cache does not already hold.",
+    Stage.DECODE: "The GPU sampling the output, one token at a time, at the model's speed.",
+    Stage.OUTPUT_SAFETY: "A safety classifier reading the model's output.",
+    Stage.RETAIN: "Keeping the conversation's KV cache and rendered tokens for the next turn.",
+    Stage.STORAGE: "Writing the response to the store (SQLite here), when the request says store=true.",
+    Stage.BILLING: "Writing one usage row to the ledger.",
+    ClientStep.BUILD: "The client building its next request (serializing the history it sends).",
+    ClientStep.TOOL: "The client running one tool call on the learner's machine.",
+    ClientStep.OBSERVE: "A notebook fetching a turn's spans to draw them live: left out of every metric.",
+    ClientStep.SEND: "The instant the client sends a request.",
+    ClientStep.FIRST_DELTA: "The instant the first output token reaches the client.",
+    ClientStep.LAST_DELTA: "The instant the last output token reaches the client.",
+    ClientStep.DONE: "The instant the response's terminal event reaches the client.",
+}
 
 
 INFERENCE_STAGES = (Stage.QUEUE, Stage.PREFILL, Stage.DECODE)

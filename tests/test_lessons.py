@@ -34,7 +34,8 @@ def test_the_guide_prints_the_same_glossary() -> None:
     ("guess", "measured", "fmt", "ends"),
     [
         (0.30, 0.58, "{:.0%}", "28 points low."),
-        (0.70, 0.58, "{:.0%}", "close."),
+        (0.65, 0.58, "{:.0%}", "close."),
+        (0.70, 0.58, "{:.0%}", "12 points high."),
         (0.90, 0.58, "{:.0%}", "32 points high."),
         (5.0, 1.25, "{:.2f} s", "4.0× too high."),
         (0.2, 1.0, "{:.1f} s", "5.0× too low."),

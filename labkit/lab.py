@@ -3,6 +3,7 @@
     from labkit import lab
 
     print(lab.about())                               # labkit's version, this machine's cores
+    server = lab.server()                            # the room's ($LABKIT_URL) or one of its own
     with lab.LabkitServer() as server:               # a real server, in its own process
         rollout = lab.Rollout.run(server.base_url, "websocket", "fix-failing-test")
     frame = rollout.frame()                          # one row per span, server and client
@@ -14,7 +15,8 @@
 
 The names, grouped:
 
-- serving: ``LabkitServer``
+- serving: ``server`` (the room's shared server when ``$LABKIT_URL`` names one, else one of
+  the notebook's own), ``LabkitServer``, ``RoomServer``
 - rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``TurnRecord``; ``Toolbox``
   (the agent's real tools, on a sandbox copy of the sample repository); ``fetch_spans``
   (the server's spans of any response, such as one an SDK client made)
@@ -55,6 +57,7 @@ from labkit.analysis.metrics import turns as turn_table
 from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
 from labkit.client.agent import Rollout, Toolbox, TurnRecord, fetch_spans
+from labkit.client.room import RoomServer, joined
 from labkit.client.trace_watch import TraceWatcher
 from labkit.designs import DESIGNS, Design, compose, plan_rows
 from labkit.engine.catalogue import load_catalogue
@@ -76,6 +79,7 @@ __all__ = [
     "LivePlot",
     "Prediction",
     "Rollout",
+    "RoomServer",
     "Shape",
     "Stage",
     "Toolbox",
@@ -96,6 +100,7 @@ __all__ = [
     "profile",
     "repeat",
     "scenario",
+    "server",
     "shape",
     "show",
     "shown",
@@ -125,6 +130,25 @@ def about() -> str:
     """
     frontend.ask()
     return f"labkit {__version__} · Python {platform.python_version()} · {os.cpu_count()} cores"
+
+
+def server(*, args: list[str] | None = None, **options: Any) -> LabkitServer | RoomServer:
+    """The server a notebook uses: the room's, joined, when ``$LABKIT_URL`` names one (with the
+    key in ``$LABKIT_API_KEY``); otherwise a ``LabkitServer`` of its own, started with ``args``
+    and ``options``. Either way ``base_url``, ``api_key`` and ``close()`` work; ``shared`` says
+    which it is (a room's server cannot be restarted or reconfigured from a notebook).
+
+        server = lab.server()
+        client = OpenAI(base_url=server.base_url, api_key=server.api_key)
+    """
+    room = joined()
+    if room is None:
+        return LabkitServer(args=args, **options).start()
+    print(f"labkit: using the room's server at {room.url} (key {room.api_key[:7]}…)")
+    if args or options:
+        wanted = " ".join([*(args or []), *(f"{k}={v}" for k, v in options.items())])
+        print(f"labkit: the room's server keeps the instructor's settings; not applied here: {wanted}")
+    return room
 
 
 def plan_table(designs: list[str] | None = None) -> pd.DataFrame:

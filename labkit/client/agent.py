@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from labkit.api.extensions import SCENARIO_KEY, TRACES_PATH
+from labkit.client.room import client_key
 from labkit.client.tools import TOOL_SPECS, Sandbox, run_tool
 from labkit.client.transports import TurnRequest, TurnResult, open_transport
 from labkit.engine.policies import text_of_tokens
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 Item = dict[str, Any]
-DEFAULT_KEY = "sk-labkit-agent"
 MAX_TURNS = 100
 
 
@@ -104,7 +104,7 @@ def run_rollout(
     scenario: Scenario,
     *,
     model: str = "labkit-spark",
-    api_key: str = DEFAULT_KEY,
+    api_key: str | None = None,
     fresh_connection: bool = False,
     prompt_cache_key: bool = True,
     tool_seconds: float = 0.0,
@@ -120,7 +120,8 @@ def run_rollout(
     with ExitStack() as stack:
         toolbox = Toolbox(scenario)
         stack.callback(toolbox.close)
-        transport = open_transport(design, base_url, api_key, fresh_connection=fresh_connection)
+        key = api_key or client_key()
+        transport = open_transport(design, base_url, key, fresh_connection=fresh_connection)
         stack.callback(transport.close)
         history: list[Item] = [{"type": "message", "role": "user", "content": scenario.user}]
         new = list(history)
@@ -154,13 +155,13 @@ def run_rollout(
 
 
 def fetch_spans(
-    base_url: str, response_ids: list[str], api_key: str = DEFAULT_KEY
+    base_url: str, response_ids: list[str], api_key: str | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """The server's spans of each response (``GET /v1/labkit/traces``), as the key that made it sees them.
 
         spans = fetch_spans(server.base_url, [response.id], api_key="sk-local")[response.id]
     """
-    headers = {"Authorization": f"Bearer {api_key}"}
+    headers = {"Authorization": f"Bearer {api_key or client_key()}"}
     found = {}
     with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
         for response_id in response_ids:
@@ -237,7 +238,7 @@ class Rollout:
         scenario: str | Scenario = "fix-failing-test",
         *,
         data_dir: Path | None = None,
-        api_key: str = DEFAULT_KEY,
+        api_key: str | None = None,
         watch: bool = False,
         **options: Any,
     ) -> Iterator[TurnRecord]:
@@ -250,6 +251,7 @@ class Rollout:
         """
         if isinstance(scenario, str):
             scenario = load_scenario(scenario, data_dir or default_data_dir())
+        api_key = api_key or client_key()
         for record in run_rollout(base_url, self.design, scenario, api_key=api_key, **options):
             held = time.perf_counter()
             self.records.append(record)
@@ -260,7 +262,7 @@ class Rollout:
         self.fetch_spans(base_url, api_key)
 
     def fetch_spans(
-        self, base_url: str, api_key: str = DEFAULT_KEY, response_ids: list[str] | None = None
+        self, base_url: str, api_key: str | None = None, response_ids: list[str] | None = None
     ) -> None:
         """The server's spans of these responses (default: every turn's), from the traces endpoint."""
         wanted = response_ids or list(dict.fromkeys(r.response_id for r in self.records))

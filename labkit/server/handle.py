@@ -32,6 +32,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from labkit.client.room import client_key
+
 READY = re.compile(r"labkit: serving on (http://\S+)/v1")
 
 
@@ -81,6 +83,8 @@ class LabkitServer:
         self.url: str | None = None
         self.process: subprocess.Popen[str] | None = None
         self.log: deque[str] = deque(maxlen=200)
+        self.api_key = client_key()  # what this process's clients send (``$LABKIT_API_KEY``)
+        self.shared = False  # a server of this process's own (``RoomServer`` is the shared kind)
 
     @property
     def base_url(self) -> str:

@@ -54,7 +54,8 @@ from typing import Any
 import httpx
 
 from labkit.api.extensions import TRACES_PATH
-from labkit.client.agent import DEFAULT_KEY, TurnRecord, run_rollout
+from labkit.client.agent import TurnRecord, run_rollout
+from labkit.client.room import DEFAULT_KEY
 from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario
 from labkit.server.auth import Keys

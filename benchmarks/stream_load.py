@@ -52,7 +52,7 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 
-from labkit.client.agent import DEFAULT_KEY
+from labkit.client.room import DEFAULT_KEY
 from labkit.engine.catalogue import load_catalogue
 from labkit.engine.tokenizer import encode_text
 from labkit.server.handle import LabkitServer

@@ -99,6 +99,8 @@ def serve(args: argparse.Namespace) -> None:
             "--workers shares stored responses and billing through the database file; "
             "with --db :memory: each worker would have its own, so pass a file with --db"
         )
+    if args.workers > 1:  # one room's traces, shared by its workers through the database file
+        config.trace_room = os.urandom(8).hex()
     check_keys(
         args.host, config.api_keys, allow_no_keys=args.allow_no_keys, instructor_keys=config.instructor_keys
     )

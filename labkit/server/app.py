@@ -32,6 +32,7 @@ from labkit.server.datadir import DB_ENV, default_db
 from labkit.server.http import DEFAULT_MAX_BODY_BYTES
 from labkit.server.pipeline import Pipeline
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
+from labkit.server.shared_traces import SharedFeed, SharedTraces
 from labkit.server.shutdown import ShutdownNotice
 from labkit.server.store import ResponseStore
 from labkit.server.timer import raise_resolution, restore_resolution
@@ -67,6 +68,8 @@ class ServerConfig:
     max_traces: int = DEFAULT_MAX_TRACES
     max_connections_per_key: int | None = None
     max_requests_per_key: int | None = None
+    # --workers: the room whose traces every worker shares through the database file.
+    trace_room: str | None = None
 
 
 ROUTES = [
@@ -100,6 +103,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         database = Database(config.db)
+        shared = SharedTraces(database, config.trace_room, config.max_traces) if config.trace_room else None
         encoding()  # load the tokenizer now, not on the first request
         app.state.pipeline = Pipeline(
             load_catalogue(config.models),
@@ -109,9 +113,11 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             # An instructor's key is a key too, where keys are required.
             keys=Keys(config.api_keys + config.instructor_keys if config.api_keys else []),
             data_dir=config.data_dir,
-            traces=TraceStore(config.max_traces),
+            traces=TraceStore(config.max_traces, shared),
             policy=GenericPolicy(max_output_tokens=config.max_output_tokens),
         )
+        if shared is not None:  # a subscriber on one worker sees every worker's responses
+            app.state.pipeline.feed = SharedFeed(shared)
         # Trace streams never end by themselves: they end when the server begins to stop.
         app.state.shutdown.listen(app.state.pipeline.feed.close)
         app.state.http_design = select_design(config.design, DEFAULT_HTTP)
@@ -130,6 +136,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             yield
         finally:
             app.state.shutdown.forget(app.state.pipeline.feed.close)
+            app.state.pipeline.feed.close()  # its reader of the shared table stops before the file closes
             await app.state.pipeline.billing.drain()
             database.close()
             if fine_timer:

@@ -7,7 +7,14 @@ key's responses, each marked with a short label of its key, never the key.
 
     event: trace
     data: {"type": "trace", "response_id": "resp_…", "design": "websocket", "model": "labkit-spark",
-           "status": "completed", "spans": [{"stage": "uplink", "start": …, "end": …, …}, …]}
+           "status": "completed", "finished_at": 1767225600.25, "session": "session-3f9a1c",
+           "previous_response_id": null, "spans": [{"stage": "uplink", "start": …, …}, …]}
+
+``finished_at`` is the wall clock (Unix seconds) when the response finished, for "last seen";
+span times are on the server's monotonic clock. ``session`` is a short digest of the request's
+``prompt_cache_key`` (null without one), so the responses of one rollout can be told apart from
+another's without showing the key a client chose. With ``labkit serve --workers N`` a subscriber
+on any worker sees the responses of every worker (``labkit.server.shared_traces``).
 
 A subscriber that reads too slowly loses its oldest events, not the server's
 memory (each queue holds ``QUEUE_SIZE`` events), and a comment line every
@@ -22,6 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +60,17 @@ def owner_label(owner: str) -> str:
     return "learner-" + hashlib.sha256(owner.encode()).hexdigest()[:6]
 
 
+def session_label(prompt_cache_key: str | None) -> str | None:
+    """A short, stable name for a ``prompt_cache_key`` that does not reveal it (None for none).
+
+    >>> session_label("labkit-0123") == session_label("labkit-0123") != session_label(None)
+    True
+    """
+    if not prompt_cache_key:
+        return None
+    return "session-" + hashlib.sha256(prompt_cache_key.encode()).hexdigest()[:6]
+
+
 @dataclass(eq=False)  # each subscription is its own: compared and hashed by identity
 class Subscriber:
     owner: str
@@ -59,6 +78,7 @@ class Subscriber:
     queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     dropped: int = 0
     closed: bool = False
+    after: int = 0  # with --workers: the last shared trace written before it subscribed
 
     def offer(self, event: dict[str, Any]) -> None:
         if not self.closed:  # nothing may follow the end of the stream (nor push it out)
@@ -111,7 +131,12 @@ class TraceFeed:
 
     def publish(self, owner: str, trace: dict[str, Any]) -> None:
         """Hand a finished response's trace to every subscriber allowed to see it."""
-        for subscriber in list(self.subscribers):
+        self.deliver(owner, trace, list(self.subscribers))
+
+    @staticmethod
+    def deliver(owner: str, trace: dict[str, Any], subscribers: list[Subscriber]) -> None:
+        """``owner``'s trace to those of ``subscribers`` that may see it, labelled for an instructor."""
+        for subscriber in subscribers:
             if subscriber.owner == owner:
                 subscriber.offer(trace)
             elif subscriber.sees_everyone:
@@ -159,5 +184,8 @@ def trace_event(response: dict[str, Any], design: str, spans: list[dict[str, Any
         "design": design,
         "model": response.get("model"),
         "status": response.get("status"),
+        "finished_at": time.time(),
+        "session": session_label(response.get("prompt_cache_key")),
+        "previous_response_id": response.get("previous_response_id"),
         "spans": spans,
     }

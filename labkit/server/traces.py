@@ -3,7 +3,9 @@
 A span records a stage's start and end (seconds on the server's monotonic
 clock) and the work it processed: items, tokens. Spans are kept in memory per
 response, for the last ``capacity`` responses, and served by
-``GET /v1/labkit/traces?response_id=...``.
+``GET /v1/labkit/traces?response_id=...``. With ``--workers``, a finished response
+that another worker ran is found in the room's shared table instead
+(``labkit.server.shared_traces``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labkit.server.shared_traces import SharedTraces
 
 
 @dataclass
@@ -32,6 +37,15 @@ class Span:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "duration": self.duration}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Span:
+        """The span ``to_json`` gave (its ``duration`` is derived, so it is left out).
+
+        >>> span = Span("render", 1.0, 1.5, tokens=12); Span.from_json(span.to_json()) == span
+        True
+        """
+        return cls(**{name: value for name, value in data.items() if name != "duration"})
 
 
 class Trace:
@@ -52,8 +66,11 @@ class Trace:
 
 
 class TraceStore:
-    def __init__(self, capacity: int = 10_000) -> None:
+    """This process's traces, newest last; ``shared`` (with ``--workers``) holds the other workers'."""
+
+    def __init__(self, capacity: int = 10_000, shared: SharedTraces | None = None) -> None:
         self.capacity = capacity
+        self.shared = shared
         self._traces: OrderedDict[str, tuple[str, Trace]] = OrderedDict()
 
     def put(self, owner: str, response_id: str, trace: Trace) -> None:
@@ -64,4 +81,11 @@ class TraceStore:
 
     def get(self, owner: str, response_id: str) -> Trace | None:
         found = self._traces.get(response_id)
-        return found[1] if found and found[0] == owner else None
+        if found:
+            return found[1] if found[0] == owner else None
+        event = self.shared.find(owner, response_id) if self.shared is not None else None
+        if event is None:
+            return None
+        trace = Trace()
+        trace.spans = [Span.from_json(span) for span in event["spans"]]
+        return trace

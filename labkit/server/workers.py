@@ -16,16 +16,19 @@ worker serves, then supervises:
   stops every worker as SIGTERM does.
 
 Shared between workers, through the SQLite file in WAL mode: stored responses (so
-``previous_response_id`` and ``GET /v1/responses/{id}`` work on any worker) and the billing
-ledger. Each worker's writes are short transactions, and a writer that finds the file locked
-waits (sqlite3's busy timeout) instead of failing, so no row is lost.
+``previous_response_id`` and ``GET /v1/responses/{id}`` work on any worker), the billing
+ledger, and finished responses' traces (``labkit.server.shared_traces``: a subscriber to
+``/v1/labkit/traces/stream`` on any worker sees every worker's responses, once each and in
+order per key, and ``GET /v1/labkit/traces`` finds a finished response on any worker). Each
+worker's writes are short transactions, and a writer that finds the file locked waits
+(sqlite3's busy timeout) instead of failing, so no row is lost.
 
 Per worker, in memory: WebSocket connections and their caches (a connection never changes
 worker), the simulated engine (the profile's replicas, each with its own prefix cache and
 ``max_concurrent`` slots: N workers simulate N times the GPUs), the render and model-config
-caches, the HTTP connection tracker, and the traces: ``GET /v1/labkit/traces`` answers only
-for responses its worker served, so with N workers a request for another worker's response
-is a 404. Notebooks and ``labkit compare`` read traces; run them on one worker.
+caches, the HTTP connection tracker, and the spans of responses still running (another
+worker's are a 404 until it finishes, as are ``/v1/responses/compact`` passes': they are not
+streamed). Notebooks and ``labkit compare`` time a design on a server; run them on one worker.
 
 Workers are forked rather than spawned: the server object built from the command line (and
 the loaded tokenizer) is copied as it is, with no re-import and no pickling. Forking needs a
@@ -77,12 +80,14 @@ def prepare_database(path: str) -> None:
     at the same moment (changing the journal mode needs the file to itself)."""
     from labkit.server.billing import Ledger
     from labkit.server.database import Database
+    from labkit.server.shared_traces import create_table
     from labkit.server.store import ResponseStore
 
     database = Database(path)
     try:
         ResponseStore(database)
         Ledger(database)
+        create_table(database)
     finally:
         database.close()
 

@@ -10,6 +10,11 @@ against measured rollouts.
 
 The scenario enters as a ``Shape``: per turn, the tokens of the new input
 items, of the output, and the seconds of client tools.
+
+Two inputs describe a machine or a network rather than a design:
+``CpuCosts.scaled`` prices the CPU work on a slower (or faster) machine, and
+``reconnects`` names the turns on which a WebSocket client found its
+connection gone and opened a new one.
 """
 
 from __future__ import annotations
@@ -18,10 +23,10 @@ import asyncio
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -116,6 +121,9 @@ def _output_item(action: Say | Call) -> dict:
     return {"type": "message", "role": "assistant", "content": action.text}
 
 
+NOT_CPU_WORK = ("timer_overrun_s",)  # ``CpuCosts`` fields that a faster CPU does not shorten
+
+
 @dataclass(frozen=True)
 class CpuCosts:
     """Real CPU work per unit, as measured on this machine (seconds); the defaults are a guess.
@@ -161,6 +169,19 @@ class CpuCosts:
             ws_request_s=max(0.0, ws_base - per_item - 10 * per_token),
             timer_overrun_s=_timer_overrun(),
         )
+
+    def scaled(self, factor: float) -> CpuCosts:
+        """The same work on a machine ``factor`` times slower: every CPU cost times ``factor``;
+        how late a timer wakes is the operating system's, and stays.
+
+        >>> slow = CpuCosts().scaled(2)
+        >>> round(slow.scan_s_per_token * 1e6, 3), slow.timer_overrun_s == CpuCosts().timer_overrun_s
+        (0.8, True)
+        """
+        if factor <= 0:
+            raise ValueError(f"a CPU factor must be positive, not {factor}")
+        work = {f.name: getattr(self, f.name) * factor for f in fields(self) if f.name not in NOT_CPU_WORK}
+        return replace(self, **work)
 
 
 def _per_unit(work: Callable[[], object], units: int, repeat: int = 3) -> float:
@@ -289,6 +310,9 @@ class TurnCost:
         return self.build + before + self.first_token
 
 
+# Stages whose time is CPU work alone, or (decode) paced to deadlines: no sleep wakes late in them.
+NO_SLEEP = (Stage.VALIDATION, Stage.HYDRATION, Stage.RENDER, Stage.RETAIN, Stage.STORAGE, Stage.DECODE)
+
 # Stages that run after the first token has left (decode itself counts only its first token).
 AFTER_FIRST_TOKEN = (Stage.DECODE, Stage.OUTPUT_SAFETY, Stage.RETAIN, Stage.STORAGE, Stage.BILLING)
 
@@ -356,14 +380,24 @@ def predict(
     cpu: CpuCosts | None = None,
     fresh_connection: bool = False,
     store: bool = False,
+    reconnects: Collection[int] = (),
 ) -> Prediction:
     """Per-turn costs of a rollout under a design: each stage its plan runs, priced.
 
     The plan (``Design.plan``) says which stages run on a turn and over what;
     this function only says what that costs. ``fresh_connection``: the HTTP
     client opens a new connection per request; ``store``: requests are stored.
+
+    ``reconnects``: the turns (0-based, after the first) on which a WebSocket-mode
+    client finds its connection gone, so the connection cache is missed. It opens a
+    new socket (handshakes, upgrade, auth) and, its responses unstored, sends the
+    whole history again: that turn is processed as the sprint's HTTP path would
+    process it (validation and classifiers over everything; the render cache and
+    model-config cache, where the design has them). Other designs ignore it; so does
+    the appended prototype, whose paused response would not survive the reconnect.
     """
     d = compose(design) if isinstance(design, str) else design
+    reconnecting = d.transport == "websocket" and not d.appended
     plan, cpu, net = d.plan, cpu or CpuCosts(), profile.network
     ms = 1e-3
     history = history_items = 0  # tokens and items before this turn's new ones
@@ -372,11 +406,13 @@ def predict(
     turns = []
     for t, turn in enumerate(shape.turns):
         first, last = t == 0, t == len(shape.turns) - 1
-        sent = _over(plan[Stage.VALIDATION], turn.new_tokens, history)
-        sent_items = _over(plan[Stage.VALIDATION], turn.new_items, history_items)
-        scanned = _over(plan[Stage.INPUT_SAFETY], turn.new_tokens, history)
+        missed = reconnecting and not first and t in reconnects  # a new socket, the whole history
+        over = Over.HISTORY if missed else None  # a new socket has seen nothing of the history
+        sent = _over(plan[Stage.VALIDATION], turn.new_tokens, history, over)
+        sent_items = _over(plan[Stage.VALIDATION], turn.new_items, history_items, over)
+        scanned = _over(plan[Stage.INPUT_SAFETY], turn.new_tokens, history, over)
         rendered = turn.new_tokens + unsettled
-        if first or plan[Stage.RENDER].over is not Over.NEW:
+        if first or plan[Stage.RENDER].over is not Over.NEW or (missed and not d.render_cache):
             rendered = shape.system_tokens + turn.new_tokens + history
         # The prefix cache holds everything up to the last full block before the new input,
         # so on average half a block more than the new input is prefilled.
@@ -385,7 +421,8 @@ def predict(
         output = all_output if plan[Stage.OUTPUT_SAFETY].runs is Runs.LAST_TURN else turn.output_tokens
 
         cost = TurnCost(build=_build_seconds(d, cpu, sent_items, sent))
-        for stage in plan.stages_on(t, last, store=store):
+        # A reconnect runs the stages of a connection's first turn (connect, upgrade, auth).
+        for stage in plan.stages_on(0 if missed else t, last, store=store):
             step = plan[stage]
             seconds = 0.0
             match stage:
@@ -409,7 +446,8 @@ def predict(
                     cost.tokens[stage] = rendered
                 case Stage.ROUTING:
                     # a hop on first use; after that, what the plan's mechanism saves is free
-                    hop = first or not step.saved_by
+                    # (after a reconnect, only the model-config cache can save it)
+                    hop = first or not step.saved_by or (missed and not d.model_config_cache)
                     seconds = profile.routing.model_config_hop_ms * ms if hop else 0.0
                 case Stage.INTERMEDIARY:
                     seconds = profile.intermediary.hop_ms * ms
@@ -425,7 +463,7 @@ def predict(
                     cost.tokens[stage] = output
                 case Stage.BILLING:
                     seconds = 0.0 if step.overlapped else profile.billing.hop_ms * ms
-            if seconds > 0 and stage is not Stage.DECODE:  # a modeled delay is an asyncio sleep
+            if seconds > 0 and stage not in NO_SLEEP:  # a modeled delay is an asyncio sleep
                 seconds += cpu.timer_overrun_s
             cost.stages[stage] = seconds
         cost.tools = turn.tool_s
@@ -448,9 +486,10 @@ def _build_seconds(d: Design, cpu: CpuCosts, items: int, tokens: int) -> float:
     return fixed + items * cpu.client_s_per_sent_item + tokens * cpu.client_s_per_sent_token
 
 
-def _over(step: Step, new: int, history: int) -> int:
-    """How much a stage works over: only the new input, or the history too."""
-    return new if step.over is Over.NEW else new + history
+def _over(step: Step, new: int, history: int, over: Over | None = None) -> int:
+    """How much a stage works over: only the new input, or the history too (``over``: instead
+    of the plan's)."""
+    return new if (over or step.over) is Over.NEW else new + history
 
 
 def end_to_end(costs: Iterable[TurnCost]) -> float:

@@ -1,14 +1,18 @@
-"""The what-if lab's widgets: controls, three live figures, and a button that measures the point.
+"""The what-if lab's widgets: controls, four live figures, and a button that measures the point.
 
 A thin layer over ``labkit.analysis.whatif``: every change of a control builds
 a ``Settings``, asks the pure functions for DataFrames, and redraws the figures
-(one batch each). "Measure this point" runs ``whatif.measure`` on a thread, so
-the cell that made the lab returns and the page stays responsive; the controls
-are disabled meanwhile and a progress bar follows the rollouts.
+(one batch each). The baseline control says what a saving is measured against
+(naive, or the HTTP API after the sprint). "Measure this point" runs
+``whatif.measure`` on a thread, so the cell that made the lab returns and the
+page stays responsive; the controls are disabled meanwhile and a progress bar
+follows the rollouts. The model-only controls (a slower CPU, reconnects) are
+priced but not realised by a run: while one is moved, the button waits.
 
     lab_ui = WhatIfLab()
     display(lab_ui.widget)
     lab_ui.controls["decode_tps"].value = 4000    # the figures follow
+    lab_ui.baseline.value = "sprint"              # savings against the sprint
     lab_ui.measure_button.click()                 # measures in the background
     await lab_ui.done()                           # (in a notebook cell, to wait for it)
 """
@@ -17,22 +21,28 @@ from __future__ import annotations
 
 import asyncio
 import math
+import textwrap
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, fields
 from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
+import plotly.graph_objects as go
 
-from labkit.analysis import plots, whatif
+from labkit.analysis import frontend, plots, whatif
 from labkit.analysis.cost_model import CpuCosts
 from labkit.analysis.live import LivePlot
+from labkit.analysis.tables import styled
 from labkit.designs import DESIGNS
 
+MODEL_ONLY = " (model only)"
 LABELS = {
     "decode_tps": "decode (tok/s)",
     "prefill_tps": "prefill (tok/s)",
+    "output_tokens": "output per turn (tok)",
     "rtt_ms": "round trip (ms)",
     "auth_ms": "auth hop (ms)",
     "model_config_ms": "model config (ms)",
@@ -44,22 +54,44 @@ LABELS = {
     "tool_tokens": "tool output (tok)",
     "instruction_tokens": "instructions (tok)",
     "tool_ms": "tool time (ms)",
+    "cpu_factor": "CPU time ×" + MODEL_ONLY,
+    "reconnect_rate": "reconnects" + MODEL_ONLY,
+}
+assert set(LABELS) == set(whatif.RANGES), "every setting has a label"
+assert all(LABELS[n].endswith(MODEL_ONLY) for n in whatif.MODEL_ONLY), "model-only controls say so"
+COLUMNS = (list(LABELS)[:8], list(LABELS)[8:])  # the model, network and hops; the rest
+TOOLTIPS = {
+    "cpu_factor": "This machine's measured CPU costs times this factor. Priced by the cost model only.",
+    "reconnect_rate": (
+        "The share of WebSocket turns after the first that find the connection gone and send the "
+        "whole history on a new socket. Priced by the cost model only."
+    ),
 }
 CUSTOM = "(your settings)"
+SETTLE_S = 1.0  # after its views are up, how long the lab gives plotly to draw them
+READOUTS = {"reconnect_rate": ".0%", "cpu_factor": ".1f"}
+_INTEGER = {f.name for f in fields(whatif.Settings) if f.type in ("int", int)}
 
 
 def _control(name: str, value: float) -> widgets.Widget:
     low, high, step = whatif.RANGES[name]
-    style, layout = {"description_width": "150px"}, widgets.Layout(width="420px")
-    common = {"description": LABELS[name], "style": style, "layout": layout, "continuous_update": False}
+    style, layout = {"description_width": "170px"}, widgets.Layout(width="440px")
+    common = {
+        "description": LABELS[name],
+        "style": style,
+        "layout": layout,
+        "continuous_update": False,
+        "tooltip": TOOLTIPS.get(name, ""),
+    }
     if step == 0:  # a speed: a log scale across its range
         low_exp, high_exp = math.log10(low), math.log10(high)
         return widgets.FloatLogSlider(
             value=value, base=10, min=low_exp, max=high_exp, step=0.01, readout_format=".0f", **common
         )
-    if isinstance(value, int):
+    if name in _INTEGER:
         return widgets.IntSlider(value=value, min=int(low), max=int(high), step=int(step), **common)
-    return widgets.FloatSlider(value=value, min=low, max=high, step=step, **common)
+    readout = READOUTS.get(name, ".1f")
+    return widgets.FloatSlider(value=value, min=low, max=high, step=step, readout_format=readout, **common)
 
 
 class WhatIfLab:
@@ -73,9 +105,15 @@ class WhatIfLab:
         self.cpu = cpu or CpuCosts.measure()
         self._measure = measure
         self.controls = {f.name: _control(f.name, getattr(start, f.name)) for f in fields(whatif.Settings)}
-        matching = [name for name, preset in whatif.PRESETS.items() if preset == start]
-        chosen = matching[0] if matching else CUSTOM
-        self.preset = widgets.Dropdown(options=[*whatif.PRESETS, CUSTOM], value=chosen, description="preset")
+        self.preset = widgets.Dropdown(
+            options=[*whatif.PRESETS, CUSTOM], value=_preset_of(start), description="preset"
+        )
+        self.baseline = widgets.Dropdown(
+            options=list(whatif.BASELINES),
+            value="naive",
+            description="savings against",
+            style={"description_width": "initial"},
+        )
         self.design = widgets.Dropdown(
             options=list(DESIGNS),
             value="websocket",
@@ -85,10 +123,12 @@ class WhatIfLab:
         self.measure_button = widgets.Button(description="Measure this point", button_style="primary")
         self.progress = widgets.IntProgress(value=0, min=0, max=len(DESIGNS) + 1, description="measured")
         self.status = widgets.Label("")
+        self.table = widgets.HTML("")
         self.comparison = widgets.HTML("")
         self.predictions = LivePlot(plots.prediction_bars)
+        self.mechanisms = LivePlot(mechanism_bars)
+        self.curve = LivePlot(saving_curve)
         self.breakdown = LivePlot(plots.stage_breakdown)
-        self.curve = LivePlot(plots.saving_curve)
         self.predicted: pd.DataFrame | None = None
         self.measured: pd.DataFrame | None = None
         self.measured_at: whatif.Settings | None = None
@@ -99,25 +139,22 @@ class WhatIfLab:
         figures = self._draw()
         self.widget = widgets.VBox(
             [
-                widgets.HBox([self.preset, self.design]),
-                widgets.HBox(
-                    [
-                        widgets.VBox([self.controls[n] for n in list(LABELS)[:7]]),
-                        widgets.VBox([self.controls[n] for n in list(LABELS)[7:]]),
-                    ]
-                ),
+                widgets.HBox([self.preset, self.baseline, self.design]),
+                widgets.HBox([widgets.VBox([self.controls[n] for n in column]) for column in COLUMNS]),
                 widgets.HBox([self.measure_button, self.progress, self.status]),
                 self.predictions.build(*figures["predictions"]),
+                self.table,
                 self.comparison,
+                self.mechanisms.build(*figures["mechanisms"]),
                 self.curve.build(*figures["curve"]),
                 self.breakdown.build(*figures["breakdown"]),
             ]
         )
-        for control in self.controls.values():
+        for control in [*self.controls.values(), self.baseline, self.design]:
             control.observe(self._changed, names="value")
-        self.design.observe(self._changed, names="value")
         self.preset.observe(self._preset_chosen, names="value")
         self.measure_button.on_click(lambda _button: self.measure())
+        self._offer_measuring()
 
     # ------------------------------------------------------------ settings and redrawing
 
@@ -128,32 +165,36 @@ class WhatIfLab:
 
     def _draw(self) -> dict[str, tuple[Any, ...]]:
         """Everything the figures show for the current settings (pure functions only)."""
-        settings = self.settings
+        settings, baseline = self.settings, self.baseline.value
         self.predicted = whatif.predict(settings, self.cpu)
-        curve = whatif.saving_curve(settings, self.cpu)
-        here = self.predicted.set_index("design").loc["websocket", "saved_vs_naive"]
+        curve = whatif.saving_curve(settings, self.cpu, baseline=baseline)
+        here = self.predicted.set_index("design").loc["websocket", whatif.saving_column(baseline)]
         measured = self.measured if self.measured_at == settings else None
+        self.table.value = _html(whatif.prediction_table(self.predicted, baseline))
         self.comparison.value = "" if measured is None else _comparison_html(self.predicted, measured)
         return {
             "predictions": (self.predicted, measured),
+            "mechanisms": (whatif.mechanism_savings(settings, self.cpu, baseline), baseline),
+            "curve": (curve, settings.decode_tps, float(here), baseline),
             "breakdown": (whatif.breakdown(settings, self.design.value, self.cpu), self.design.value),
-            "curve": (curve, settings.decode_tps, float(here)),
         }
 
     def refresh(self) -> None:
         figures = self._draw()
         self.predictions.update(*figures["predictions"])
-        self.breakdown.update(*figures["breakdown"])
+        self.mechanisms.update(*figures["mechanisms"])
         self.curve.update(*figures["curve"])
+        self.breakdown.update(*figures["breakdown"])
 
     def _changed(self, _change: dict[str, Any]) -> None:
         if self._quiet:
             return
-        if self.preset.value != CUSTOM and whatif.PRESETS.get(self.preset.value) != self.settings:
+        if self.preset.value != (matching := _preset_of(self.settings)):  # a preset's name, when it is one
             self._quiet = True
-            self.preset.value = CUSTOM
+            self.preset.value = matching
             self._quiet = False
         self.refresh()
+        self._offer_measuring()
 
     def _preset_chosen(self, change: dict[str, Any]) -> None:
         if self._quiet or change["new"] == CUSTOM:
@@ -165,12 +206,28 @@ class WhatIfLab:
         finally:
             self._quiet = False
         self.refresh()
+        self._offer_measuring()
+
+    def _offer_measuring(self) -> None:
+        """The button measures only a point a run can realise: not with a model-only control moved."""
+        if self.thread is not None and self.thread.is_alive():
+            return
+        moved = self.settings.model_only()
+        self.measure_button.disabled = bool(moved)
+        if moved:
+            names = " and ".join(LABELS[n].removesuffix(MODEL_ONLY) for n in moved)
+            self.status.value = f"{names}: the cost model's only; set back to measure this point"
+        elif self.status.value.endswith("to measure this point"):
+            self.status.value = ""
 
     # ------------------------------------------------------------ measuring
 
     def measure(self) -> None:
         """Run the current point for real on a thread; the figures show the result when it ends."""
         if self.thread is not None and self.thread.is_alive():
+            return
+        if self.settings.model_only():
+            self._offer_measuring()
             return
         try:
             self._loop = asyncio.get_running_loop()  # the kernel's: widget updates go through it
@@ -209,15 +266,30 @@ class WhatIfLab:
         self.status.value = message
         self._enable(True)
         self.refresh()
+        self._offer_measuring()
 
     def _enable(self, on: bool) -> None:
-        for control in [*self.controls.values(), self.preset, self.design, self.measure_button]:
+        choices = [self.preset, self.baseline, self.design, self.measure_button]
+        for control in [*self.controls.values(), *choices]:
             control.disabled = not on
 
     def wait(self, timeout: float = 120.0) -> None:
         """Block until a measurement started by the button has finished (outside an event loop)."""
         if self.thread is not None:
             self.thread.join(timeout)
+
+    async def shown(self, timeout: float = 20.0) -> bool:
+        """Wait (``await lab_ui.shown()``) until a browser has a view of each of the lab's figures,
+        and a moment more for them to draw: in a page still loading plotly, a figure redrawn
+        before its view is up can stay blank. Where nothing draws widgets, it returns at once."""
+        if not await frontend.draws_widgets():
+            return False
+        figures = [plot.widget for plot in (self.predictions, self.mechanisms, self.curve, self.breakdown)]
+        deadline = time.monotonic() + timeout
+        while not all(figure._view_count for figure in figures) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # the kernel reads the browser's messages meanwhile
+        await asyncio.sleep(SETTLE_S)
+        return all(figure._view_count for figure in figures)
 
     async def done(self, timeout: float = 120.0) -> None:
         """Wait in a notebook cell for the measurement to finish, the kernel serving the page."""
@@ -228,16 +300,60 @@ class WhatIfLab:
         await asyncio.sleep(0.1)  # the last widget updates, queued for this loop
 
 
+def _preset_of(settings: whatif.Settings) -> str:
+    """The name of the preset these settings are, or ``CUSTOM``."""
+    return next((name for name, preset in whatif.PRESETS.items() if preset == settings), CUSTOM)
+
+
+def _html(table: pd.DataFrame) -> str:
+    """A table with units as HTML, one header row (no row for the index's name)."""
+    return styled(table.rename_axis(None)).to_html()
+
+
 def _comparison_html(predicted: pd.DataFrame, measured: pd.DataFrame) -> str:
-    table = whatif.against(predicted, measured).set_index("design")
-    shown = pd.DataFrame(
-        {
-            "end to end, predicted": table["e2e_s_predicted"].map("{:.2f} s".format),
-            "measured": table["e2e_s_measured"].map("{:.2f} s".format),
-            "difference": table["e2e_s_error"].map("{:+.0%}".format),
-            "mean TTFT, predicted": (table["ttft_mean_s_predicted"] * 1000).map("{:.0f} ms".format),
-            "measured ": (table["ttft_mean_s_measured"] * 1000).map("{:.0f} ms".format),
-            "difference ": table["ttft_mean_s_error"].map("{:+.0%}".format),
-        }
+    return _html(whatif.comparison_table(predicted, measured))
+
+
+# ---------------------------------------------------------------- the lab's own figures
+
+
+def mechanism_bars(table: pd.DataFrame, baseline: str) -> go.Figure:
+    """``whatif.mechanism_savings`` as bars: the seconds each mechanism takes off, in the order
+    added, coloured by the design it belongs to; its share of the baseline's end to end on top."""
+    traces = []
+    for design, rows in table.groupby("part_of", sort=False):
+        traces.append(
+            go.Bar(
+                name=f"part of {design}",
+                x=list(rows["mechanism"]),
+                y=list(rows["saved_s"]),
+                text=[f"{share:.0%}" for share in rows["saving"]],
+                textposition="outside",
+                marker_color=plots.design_color(str(design)),
+            )
+        )
+    fig = go.Figure(traces)
+    labels = list(table["mechanism"])
+    wrapped = ["<br>".join(textwrap.wrap(label, 16)) for label in labels]  # level labels, a few lines each
+    fig.update_xaxes(categoryorder="array", categoryarray=labels, tickangle=0)
+    fig.update_xaxes(tickvals=labels, ticktext=wrapped)
+    fig.update_layout(
+        template=plots.TEMPLATE,
+        title={"text": f"What each mechanism saves, added in order (share of {baseline} on top)", "x": 0.01},
+        xaxis_title="mechanism, in the order added",
+        yaxis_title="seconds saved over the rollout",
+        legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
+        margin={"l": 60, "r": 20, "t": 80, "b": 90},
+        height=420,
     )
-    return shown.to_html()
+    return fig
+
+
+def saving_curve(curve: pd.DataFrame, current_tps: float, current_saving: float, baseline: str) -> go.Figure:
+    """``plots.saving_curve`` against the chosen baseline, under a title that names no outcome."""
+    fig = plots.saving_curve(curve, current_tps, current_saving)
+    fig.update_layout(
+        title_text=f"WebSocket mode's saving against {baseline}, across decode speeds",
+        yaxis_title=f"saved vs {baseline}",
+    )
+    return fig

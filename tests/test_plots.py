@@ -117,6 +117,34 @@ def test_a_drawn_widget_stays_live(displayed: list[Handle], monkeypatch: pytest.
     assert displayed[0].shown == [plot.widget]
 
 
+def test_a_view_drawn_after_updates_is_brought_up_to_date(
+    displayed: list[Handle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh page draws the widget seconds late: the updates sent before never reach that view,
+    so the widget is rebuilt from the latest drawing and takes the output's place."""
+    monkeypatch.setattr(frontend, "_answer", True)
+    plot = live.LivePlot(plots.race).show({"naive": None})
+    first = plot.widget
+    plot.update({"naive": None, "websocket": None})  # sent before any view existed
+    plot.update({"naive": None, "websocket": None, "sprint": None})
+    first._js2py_traceDeltas = {"trace_deltas": [], "trace_edit_id": 0}  # the late view reports in
+    assert plot.drawn and plot.replaced and plot.widget is not first
+    assert displayed[0].shown[-1] is plot.widget
+    assert [t.name for t in plot.widget.data] == [t.name for t in plot.figure.data]
+    plot.widget._js2py_traceDeltas = {"trace_deltas": [], "trace_edit_id": 1}  # the new view: no rebuild
+    assert displayed[0].shown[-1] is plot.widget and len(displayed[0].shown) == 2
+
+
+def test_a_view_drawn_before_any_update_is_kept(
+    displayed: list[Handle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(frontend, "_answer", True)
+    plot = live.LivePlot(plots.race).show({"naive": None})
+    plot.widget._js2py_traceDeltas = {"trace_deltas": [], "trace_edit_id": 0}
+    plot.update({"naive": None, "websocket": None})
+    assert plot.drawn and not plot.replaced and displayed[0].shown == [plot.widget]
+
+
 def test_where_nothing_draws_widgets_shown_returns_at_once(
     displayed: list[Handle], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,6 +53,7 @@ class LivePlot:
         self.figure: go.Figure | None = None  # the latest drawing, as the pure function made it
         self.updates = 0  # batches sent to the widget
         self.drawn = False  # a browser has drawn the widget (it reports its traces once drawn)
+        self.replaced = False  # the widget was drawn late, and rebuilt from the latest drawing
         self._handle: Any = None
 
     def show(self, *args: Any, **kwargs: Any) -> LivePlot:
@@ -76,13 +77,23 @@ class LivePlot:
     def build(self, *args: Any, **kwargs: Any) -> go.FigureWidget:
         """The widget, drawn from the data so far, without displaying it (to place in a layout)."""
         self.figure = self.draw(*args, **kwargs)
-        self.widget = go.FigureWidget(self.figure)
+        return self._widget_of(self.figure)
+
+    def _widget_of(self, figure: go.Figure) -> go.FigureWidget:
+        self.widget = go.FigureWidget(figure)
         self.widget.observe(self._drawn, names=["_js2py_traceDeltas", "_js2py_layoutDelta"])
         return self.widget
 
     def _drawn(self, change: dict[str, Any]) -> None:
-        if change.get("new"):
-            self.drawn = True
+        if not change.get("new") or self.drawn:
+            return
+        self.drawn = True
+        if self.updates and self._handle is not None:
+            # The view came after updates were sent (a fresh page still loading plotly): it drew
+            # the widget's first state and never saw them. A widget built from the latest drawing
+            # takes its place; plotly is loaded by now, so it draws at once.
+            self._handle.update(self._widget_of(self.figure))
+            self.replaced = True
 
     async def shown(self, timeout: float = 15.0) -> bool:
         """Wait (``await plot.shown()``) until a front end has drawn the widget, so the first

@@ -86,3 +86,12 @@ def test_compare_refuses_a_baseline_it_does_not_have() -> None:
     frame = pd.DataFrame()
     with pytest.raises(ValueError, match="'sprint' is not among"):
         lab.compare({"naive": frame}, baseline="sprint")
+
+
+def test_styled_shows_counts_as_numbers_and_shares_in_percent() -> None:
+    table = pd.DataFrame(
+        {"input tokens": [15000.0, 450.0], "saved vs naive": [0.0, 0.45], "mean TTFT (ms)": [62.4, 51.0]},
+        index=["naive", "websocket"],
+    )
+    html = lab.styled(table).to_html()
+    assert "15,000<" in html and "45%<" in html and "62 ms<" in html and "1500000%" not in html

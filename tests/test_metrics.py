@@ -202,3 +202,36 @@ def test_single_turn_with_no_inference_rows() -> None:
     assert result["e2e_s"] == pytest.approx(1.0)
     assert result["api_share"] == pytest.approx(1.0)
     assert result["turns"] == 1
+
+
+def _watched_frame(last_watch: tuple[float, float]) -> pd.DataFrame:
+    """The hand rollout, watched: a redraw between turns 0 and 1, and one after the last turn."""
+    frame = make_frame()
+    watch = [(0, 11.85, 11.95), (2, *last_watch)]
+    rows = [
+        {
+            **frame.iloc[0].to_dict(),
+            "turn": t,
+            "stage": "observe",
+            "bucket": "observer",
+            "start": a,
+            "duration": b - a,
+        }
+        for t, a, b in watch
+    ]
+    return pd.concat([frame, pd.DataFrame(rows, columns=COLUMNS)], ignore_index=True)
+
+
+def test_watching_between_turns_is_left_out_and_after_the_end_takes_nothing() -> None:
+    frame = _watched_frame((16.6, 17.4))  # the last redraw came after the last answer
+    table = turns(frame)
+    assert table.loc[0, "wall"] == pytest.approx(2.0 - 0.1)  # 10.0 to 12.0, less the redraw
+    assert table.loc[2, "wall"] == pytest.approx(1.5)  # 15.0 to 16.5: the late redraw is outside it
+    assert table.loc[2, "api"] == pytest.approx(1.5 - 1.2 - 0.1)  # not less the redraw: never negative
+    assert end_to_end(frame) == pytest.approx(6.5 - 0.1)
+
+
+def test_a_watch_that_straddles_the_end_counts_only_its_part_inside() -> None:
+    frame = _watched_frame((16.4, 16.8))
+    assert turns(frame).loc[2, "wall"] == pytest.approx(1.5 - 0.1)
+    assert end_to_end(frame) == pytest.approx(6.5 - 0.1 - 0.1)

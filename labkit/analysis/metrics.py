@@ -33,7 +33,9 @@ def turns(frame: pd.DataFrame) -> pd.DataFrame:
     first = _instants(frame, "first_delta").reindex(send.index)
     following = send.shift(-1).fillna(done)
     by_bucket = frame.groupby(["turn", "bucket"])["duration"].sum().unstack(fill_value=0.0)
-    watched = by_bucket.get(OBSERVER, pd.Series(0.0, index=send.index)).reindex(send.index, fill_value=0.0)
+    watched = pd.Series(
+        {turn: _watched(frame, send[turn], following[turn]) for turn in send.index}, dtype=float
+    ).reindex(send.index, fill_value=0.0)
     table = pd.DataFrame(
         {
             "wall": following - send - watched,
@@ -51,8 +53,16 @@ def end_to_end(frame: pd.DataFrame) -> float:
 
         end_to_end(rollout.frame())          # e.g. 1.79 for websocket at 1,000 tokens/s
     """
-    watched = frame.loc[frame["bucket"] == OBSERVER, "duration"].sum()
-    return float(_instants(frame, "done").max() - _instants(frame, "send").min() - watched)
+    start, end = _instants(frame, "send").min(), _instants(frame, "done").max()
+    return float(end - start - _watched(frame, start, end))
+
+
+def _watched(frame: pd.DataFrame, start: float, end: float) -> float:
+    """Seconds spent watching (the ``observer`` bucket) within ``[start, end]``: a watcher's redraw
+    after the rollout's last answer is outside it, and takes nothing from it."""
+    rows = frame[frame["bucket"] == OBSERVER]
+    overlap = (rows["start"] + rows["duration"]).clip(upper=end) - rows["start"].clip(lower=start)
+    return float(overlap.clip(lower=0.0).sum())
 
 
 def summary(frame: pd.DataFrame) -> dict[str, float]:

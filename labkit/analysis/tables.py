@@ -75,20 +75,25 @@ def compare(
     return table[columns]
 
 
-def _format_of(column: str) -> str:
+SHARES = ("saved", "cut", "share", "spread", "%")  # words that make a column a fraction, shown in percent
+
+
+def _format_of(column: str, values: pd.Series) -> str:
     if column.endswith("(s)"):
         return "{:.2f} s"
     if column.endswith("(ms)"):
         return "{:.0f} ms"
-    if column == RUNS:
-        return "{:.0f}"
-    return "{:.0%}"  # savings, cuts, shares, spreads
+    if any(word in column for word in SHARES):
+        return "{:.0%}"
+    whole = bool((values.dropna() % 1 == 0).all())
+    return "{:,.0f}" if whole else "{:,.2f}"  # counts and tokens as they are
 
 
 def styled(table: pd.DataFrame) -> Styler:
-    """The table with each number shown in its column's unit (seconds, ms or percent).
+    """The table with each number shown in its column's unit: seconds, ms, percent for savings,
+    cuts, shares and spreads, plain numbers for counts.
 
         styled(compare(frames))        # 1.79 s · 45% · 62 ms · ...
     """
     numeric = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])]
-    return table.style.format({c: _format_of(str(c)) for c in numeric})
+    return table.style.format({c: _format_of(str(c), table[c]) for c in numeric}, na_rep="")

@@ -1,0 +1,63 @@
+"""Two learners' notebooks at once, under two keys, against one shared room server.
+
+Each notebook runs top to bottom in a real kernel (nbclient, as the headless runners do) with
+``LABKIT_URL`` and its own ``LABKIT_API_KEY``; the room's server requires keys, so a request
+that did not carry the learner's key would fail its notebook. The server's billing ledger then
+shows both learners' responses, and nobody else's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from labkit.client import room
+from labkit.server.handle import LabkitServer
+
+NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
+LEARNERS = {
+    "sk-room-ada": "06_real_clients.ipynb",
+    "sk-room-bo": "04_appended_rollout_prototype.ipynb",
+}
+
+
+def run_notebook(name: str, env: dict[str, str]) -> str:
+    """Execute a notebook in a fresh kernel with ``env``; all its text output."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
+    client.execute(env=env)
+    return "\n".join(
+        output.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+    )
+
+
+def owner_of(key: str) -> str:
+    return "key_" + hashlib.sha256(key.encode()).hexdigest()[:32]  # as the server names a key's owner
+
+
+def test_two_notebooks_share_one_room_server_under_their_own_keys(tmp_path: Path) -> None:
+    args = [a for key in LEARNERS for a in ("--api-key", key)] + ["--profile", "production-like"]
+    with LabkitServer(args=args, db=tmp_path / "room.sqlite3") as server:
+        root = server.base_url.removesuffix("/v1")
+        envs = {key: {**os.environ, room.URL_ENV: root, room.KEY_ENV: key} for key in LEARNERS}
+        with ThreadPoolExecutor(len(LEARNERS)) as pool:
+            outputs = dict(
+                zip(LEARNERS, pool.map(run_notebook, LEARNERS.values(), envs.values()), strict=True)
+            )
+        for text in outputs.values():
+            assert f"using the room's server at {root}" in text, text[:2000]
+        with sqlite3.connect(server.db) as db:
+            billed = dict(db.execute("SELECT owner, COUNT(*) FROM billing GROUP BY owner").fetchall())
+    assert set(billed) == {owner_of(key) for key in LEARNERS}, billed
+    assert all(count >= 10 for count in billed.values()), billed  # whole rollouts, not a probe

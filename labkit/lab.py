@@ -29,7 +29,8 @@ The names, grouped:
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
-- what-ifs: ``whatif`` (settings in, DataFrames out), ``what_if_lab`` (its widgets)
+- what-ifs: ``whatif`` (settings in, DataFrames out), ``what_if_lab`` (its widgets),
+  ``replay`` (a recorded agent session, Codex CLI or a transcript, through every design)
 - the server's traces, live: ``watch_traces`` (into a live plot), ``TraceWatcher``
 - the stage names and buckets: ``Stage``, ``bucket_of``
 """
@@ -54,6 +55,7 @@ from labkit.analysis.guesses import trend
 from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
+from labkit.analysis.replay import replay
 from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
 from labkit.client.agent import Rollout, Toolbox, TurnRecord, fetch_spans
@@ -99,6 +101,7 @@ __all__ = [
     "predict",
     "profile",
     "repeat",
+    "replay",
     "scenario",
     "server",
     "shape",

@@ -70,27 +70,33 @@ def _plain(number: float) -> str:
 def compare(
     *,
     tps: Sequence[float] = DEFAULT_TPS,
-    scenario: str = "fix-failing-test",
+    scenario: str | Scenario = "fix-failing-test",
     profile: str = DEFAULT_PROFILE,
     repeat: int = 1,
     designs: Sequence[str] = tuple(DESIGNS),
     fresh_connection: bool = False,
     data_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    server_args: Sequence[str] = (),
+    server_env: dict[str, str] | None = None,
 ) -> list[Row]:
-    """Run every design at every speed; one row per (speed, design)."""
+    """Run every design at every speed; one row per (speed, design).
+
+    ``scenario``: a name, or a scenario already loaded (a replay's, whose steps the server finds
+    through ``server_env``); ``server_args``: more ``labkit serve`` options.
+    """
     data_dir = data_dir or default_data_dir()
     tps = list(dict.fromkeys(tps))  # a speed named twice is run once
-    script: Scenario = load_scenario(scenario, data_dir)
+    script = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, data_dir)
     names, extra_models = models_for(tps, load_catalogue())
     with tempfile.TemporaryDirectory(prefix="labkit-compare-") as tmp:
-        args = ["--profile", profile]
+        args = ["--profile", profile, *server_args]
         if extra_models:
             models_file = Path(tmp) / "models.toml"
             models_file.write_text(extra_models)
             args += ["--models", str(models_file)]
         runs: dict[tuple[float, str], list[dict[str, Any]]] = {}
-        with LabkitServer(args=args, db=Path(tmp) / "responses.sqlite3") as server:
+        with LabkitServer(args=args, db=Path(tmp) / "responses.sqlite3", env=server_env) as server:
             warm_up(server.base_url, designs)
             for speed in tps:
                 for n in range(repeat):

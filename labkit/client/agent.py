@@ -12,6 +12,7 @@ rollout) and turns everything into one tidy DataFrame.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -76,7 +77,8 @@ class TurnRecord:
 
 
 class Toolbox:
-    """The tools a scenario's calls run: real tools on a sandbox copy, or the synthetic ``fetch``.
+    """The tools a scenario's calls run: real tools on a sandbox copy, the synthetic ``fetch``,
+    or a replay's recorded outputs (returned in call order, not executed).
 
         tools = Toolbox(load_scenario("fix-failing-test", data_dir))
         print(tools.run("read_file", '{"path": "tally/tax.py"}'))
@@ -87,8 +89,12 @@ class Toolbox:
         self.scenario = scenario
         self.sandbox = Sandbox(scenario.repo) if scenario.repo else None
         self.specs = TOOL_SPECS if scenario.repo else scenario.tools
+        self.recorded = scenario.tool_outputs.open(encoding="utf-8") if scenario.tool_outputs else None
 
     def run(self, name: str, arguments: str) -> str:
+        if self.recorded is not None:
+            line = self.recorded.readline()  # one output at a time: a long replay is never loaded whole
+            return json.loads(line) if line else ""
         if self.sandbox is not None:
             return run_tool(self.sandbox, name, arguments)
         return text_of_tokens(self.scenario.params.get("tool_tokens", 0))
@@ -96,6 +102,8 @@ class Toolbox:
     def close(self) -> None:
         if self.sandbox is not None:
             self.sandbox.close()
+        if self.recorded is not None:
+            self.recorded.close()
 
 
 def run_rollout(
@@ -125,7 +133,7 @@ def run_rollout(
         stack.callback(transport.close)
         history: list[Item] = [{"type": "message", "role": "user", "content": scenario.user}]
         new = list(history)
-        for turn in range(MAX_TURNS):
+        for turn in range(max(MAX_TURNS, scenario.turns)):  # a long replay plays all its turns
             result = transport.turn(
                 TurnRequest(
                     model=model,

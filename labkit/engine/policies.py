@@ -393,7 +393,8 @@ class ScriptedPolicy:
     """Replays a scenario: a list of steps, each a list of actions.
 
     A step is ``{"say": "..."}``, ``{"call": {"name": ..., "arguments": {...}}}``
-    or both (reasoning text, then the call).
+    or both (reasoning text, then the call); ``"calls": [...]`` instead of ``"call"``
+    makes several calls in one turn (a replayed session's parallel calls).
     """
 
     steps: list[list[Action]]
@@ -405,13 +406,15 @@ class ScriptedPolicy:
             actions: list[Action] = []
             if "say" in step:
                 actions.append(Say(str(step["say"])))
-            if "call" in step:
-                args = step["call"].get("arguments", {})
+            calls = [step["call"]] if "call" in step else list(step.get("calls", []))
+            for call in calls:
+                args = call.get("arguments", {})
                 encoded = args if isinstance(args, str) else json.dumps(args)
-                actions.append(Call(name=step["call"]["name"], arguments=encoded))
+                actions.append(Call(name=call["name"], arguments=encoded))
             if not actions:
                 raise ValueError(f"scenario step needs 'say' or 'call': {step}")
-            steps.append(actions)
+            # A step of k calls is answered by k tool results: the next step is k places on.
+            steps.extend([actions] * max(1, len(calls)))
         if not steps:
             raise ValueError("a scenario needs at least one step")
         return cls(steps)

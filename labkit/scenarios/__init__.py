@@ -60,6 +60,7 @@ class Scenario:
     repo: Path | None = None  # the repository the real tools work on (a copy of it)
     tools: list[dict[str, Any]] = field(default_factory=list)  # specs for synthetic scenarios
     params: dict[str, int] = field(default_factory=dict)
+    tool_outputs: Path | None = None  # a replay's recorded tool outputs (JSON Lines, in call order)
 
     @property
     def turns(self) -> int:

@@ -45,7 +45,9 @@ def check(guess: float | str | None, measured: float | str, what: str, fmt: str 
     """
     shown = measured if isinstance(measured, str) else fmt.format(measured)
     if guess is None:
-        return f"No guess recorded for {what} (set it above and run again): this run measured {shown}."
+        word = isinstance(measured, str)
+        found = f"this run's answer is {shown!r}" if word else f"this run measured {shown}"
+        return f"No guess recorded for {what} (set it above and run again): {found}."
     if isinstance(measured, str) or isinstance(guess, str):
         verdict = "right" if str(guess).strip().lower() == str(measured).lower() else "not this time"
         return f"You guessed {str(guess)!r} for {what}; this run's answer is {shown!r}: {verdict}."

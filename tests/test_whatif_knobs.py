@@ -12,9 +12,11 @@ import pytest
 from labkit.analysis import whatif
 from labkit.analysis.cost_model import CpuCosts, predict
 from labkit.analysis.whatif_ui import WhatIfLab
+from labkit.client.agent import Rollout
 from labkit.designs import compose
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import builtin_data_dir
+from labkit.server.handle import LabkitServer
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 
 CPU = CpuCosts()
@@ -227,12 +229,25 @@ def test_model_only_controls_are_priced_but_not_measured() -> None:
     assert naive_api() > before
     assert lab_ui.measure_button.disabled and "model" in lab_ui.status.value
     lab_ui.controls["cpu_factor"].value = 1
-    lab_ui.controls["reconnect_rate"].value = 0.5
-    assert lab_ui.measure_button.disabled and "reconnects" in lab_ui.status.value
-    lab_ui.controls["reconnect_rate"].value = 0
     assert not lab_ui.measure_button.disabled and lab_ui.status.value == ""
-    with pytest.raises(ValueError, match="reconnect_rate"):
-        whatif.measure(replace(POINT, reconnect_rate=0.5))
+    lab_ui.controls["reconnect_rate"].value = 0.5  # realised by the client: still measurable
+    assert not lab_ui.measure_button.disabled
+    with pytest.raises(ValueError, match="cpu_factor"):
+        whatif.measure(replace(POINT, cpu_factor=2))
+
+
+def test_a_reconnect_is_real_a_new_socket_and_the_whole_history(server: LabkitServer) -> None:
+    """On a reconnect turn the client opens a new socket: the server pays the connection and the
+    upgrade again, and its classifier reads the whole history, as over HTTP."""
+    scenario = "synthetic:turns=5,output_tokens=20,tool_tokens=400,instruction_tokens=200"
+    rollout = Rollout.run(server.base_url, "websocket", scenario, reconnects={3})
+    frame = rollout.frame()
+    upgrades = sorted(frame.loc[frame["stage"] == "upgrade", "turn"])
+    assert upgrades == [0, 3]
+    scanned = frame[frame["stage"] == "input_safety"].groupby("turn")["tokens"].sum()
+    assert scanned[3] > 3 * scanned[2] and scanned[4] < scanned[3] / 3  # the whole history, once
+    kept = Rollout.run(server.base_url, "websocket", scenario)
+    assert sorted(kept.frame().query("stage == 'upgrade'")["turn"]) == [0]
 
 
 def test_the_preset_follows_the_settings_back() -> None:

@@ -8,8 +8,9 @@ things about the world outside the designs: how much slower this machine's CPU
 would be (``cpu_factor``) and how often a WebSocket client loses its connection
 (``reconnect_rate``). ``predict`` prices it for every design instantly;
 ``measure`` starts a real server with a profile and a model built from the same
-settings, runs a synthetic rollout of that shape under each design, and returns
-what it measured. ``labkit.analysis.whatif_ui`` is only widgets around these.
+settings, runs a synthetic rollout of that shape under each design (a WebSocket
+client dropping its socket on the reconnect turns), and returns what it measured.
+``labkit.analysis.whatif_ui`` is only widgets around these.
 
     >>> point = PRESETS["fast coding model (1,000 tokens/s)"]
     >>> table = predict(point, cpu=CpuCosts())
@@ -126,9 +127,10 @@ def _shape(turns: int, output_tokens: int, tool_tokens: int, instruction_tokens:
     return Shape.of(synthetic(turns, output_tokens, tool_tokens, instruction_tokens))
 
 
-# Settings the cost model prices but a run cannot realise: the CPU is this machine's, and labkit's
-# client keeps its socket open. A point is measured only where they are at their defaults.
-MODEL_ONLY = ("cpu_factor", "reconnect_rate")
+# Settings the cost model prices but a run cannot realise: the CPU is this machine's. A point is
+# measured only where they are at their defaults. (Reconnects are realised: the client drops its
+# socket before the turns ``reconnect_turns`` names.)
+MODEL_ONLY = ("cpu_factor",)
 _REALISED = Settings()
 
 
@@ -397,7 +399,12 @@ def measure(
                 say(done, total, f"running {design}")
                 tool_seconds = settings.tool_ms / 1000
                 rollout = Rollout.run(
-                    server.base_url, design, settings.scenario_name, model=MODEL, tool_seconds=tool_seconds
+                    server.base_url,
+                    design,
+                    settings.scenario_name,
+                    model=MODEL,
+                    tool_seconds=tool_seconds,
+                    reconnects=settings.reconnects(),
                 )
                 result = summary(rollout.frame())
                 rows.append({"design": design, **{k: result[k] for k in ("e2e_s", "ttft_mean_s")}})

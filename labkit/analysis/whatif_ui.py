@@ -6,8 +6,8 @@ a ``Settings``, asks the pure functions for DataFrames, and redraws the figures
 (naive, or the HTTP API after the sprint). "Measure this point" runs
 ``whatif.measure`` on a thread, so the cell that made the lab returns and the
 page stays responsive; the controls are disabled meanwhile and a progress bar
-follows the rollouts. The model-only controls (a slower CPU, reconnects) are
-priced but not realised by a run: while one is moved, the button waits.
+follows the rollouts. The model-only control (a slower CPU) is priced but not
+realised by a run: while it is moved, the button waits.
 
     lab_ui = WhatIfLab()
     display(lab_ui.widget)
@@ -55,7 +55,7 @@ LABELS = {
     "instruction_tokens": "instructions (tok)",
     "tool_ms": "tool time (ms)",
     "cpu_factor": "CPU time ×" + MODEL_ONLY,
-    "reconnect_rate": "reconnects" + MODEL_ONLY,
+    "reconnect_rate": "reconnects",
 }
 assert set(LABELS) == set(whatif.RANGES), "every setting has a label"
 assert all(LABELS[n].endswith(MODEL_ONLY) for n in whatif.MODEL_ONLY), "model-only controls say so"
@@ -64,7 +64,7 @@ TOOLTIPS = {
     "cpu_factor": "This machine's measured CPU costs times this factor. Priced by the cost model only.",
     "reconnect_rate": (
         "The share of WebSocket turns after the first that find the connection gone and send the "
-        "whole history on a new socket. Priced by the cost model only."
+        "whole history on a new socket. Measured too: the client drops its socket on those turns."
     ),
 }
 CUSTOM = "(your settings)"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,12 +116,15 @@ def run_rollout(
     fresh_connection: bool = False,
     prompt_cache_key: bool = True,
     tool_seconds: float = 0.0,
+    reconnects: Collection[int] = (),
 ) -> Iterator[TurnRecord]:
     """Run the scenario's rollout over the design's transport; yield each turn as it completes.
 
     A per-rollout session line heads the instructions, so no rollout reuses
     another's prefix cache: each design starts cold, as a new session would.
     ``tool_seconds`` makes every tool call take at least that long (a what-if's slower tools).
+    ``reconnects``: the turns (0-based) before which a WebSocket client loses its connection and
+    opens a new one, sending the whole history (the what-if lab's reconnect rate).
     """
     session = uuid.uuid4().hex[:12]
     instructions = f"Session {session}.\n\n{scenario.instructions}"
@@ -143,6 +146,7 @@ def run_rollout(
                     new=new,
                     metadata={SCENARIO_KEY: scenario.name},
                     prompt_cache_key=f"labkit-{session}" if prompt_cache_key else None,
+                    reconnect=turn in reconnects,
                 )
             )
             record = _record(design, turn, result)
@@ -255,7 +259,8 @@ class Rollout:
         ``watch``: also fetch each turn's server spans as soon as it completes, so ``frame()``
         can be drawn turn by turn. Whatever the caller does between two turns (fetching spans,
         drawing) is recorded as ``observed`` and left out of the metrics.
-        ``options``: ``model``, ``fresh_connection``, ``prompt_cache_key`` (see ``run_rollout``).
+        ``options``: ``model``, ``fresh_connection``, ``prompt_cache_key``, ``reconnects``
+        (see ``run_rollout``).
         """
         if isinstance(scenario, str):
             scenario = load_scenario(scenario, data_dir or default_data_dir())

@@ -58,6 +58,9 @@ class TurnRequest:
     new: list[Item]  # the items since the previous turn
     metadata: dict[str, str] = field(default_factory=dict)
     prompt_cache_key: str | None = None
+    # The client lost its connection before this turn (WebSocket mode): a new socket, whose cache
+    # is empty, so the turn sends the whole history, as after the 60-minute limit or a dropped network.
+    reconnect: bool = False
 
 
 class Transport(Protocol):
@@ -192,7 +195,11 @@ class WebSocketMode:
 
     def turn(self, request: TurnRequest) -> TurnResult:
         timer = _Timer()
-        if self._conn is None:  # the socket opens within the first turn, as HTTP's first connection does
+        if request.reconnect and self._conn is not None:
+            self._manager.__exit__(None, None, None)
+            self._manager = self._client.responses.connect(extra_headers={DESIGN_HEADER: self.design})
+            self._conn, self._previous = None, None  # nothing to continue from on the new socket
+        if self._conn is None:  # the socket opens within the turn, as HTTP's first connection does
             self._conn = self._manager.__enter__()
         timer.building()
         body = _create_body(request)

@@ -9,7 +9,7 @@ from dataclasses import fields, replace
 
 import pytest
 
-from labkit.analysis import whatif
+from labkit.analysis import frontend, whatif
 from labkit.analysis.cost_model import CpuCosts, predict
 from labkit.analysis.whatif_ui import WhatIfLab
 from labkit.client.agent import Rollout
@@ -258,3 +258,16 @@ def test_the_preset_follows_the_settings_back() -> None:
     assert lab_ui.preset.value == "(your settings)"
     lab_ui.controls["turns"].value = whatif.PRESETS[name].turns  # a notebook puts it back
     assert lab_ui.preset.value == name
+
+
+def test_the_lab_offers_its_figures_static_for_headless_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    lab_ui = WhatIfLab(settings=POINT, cpu=CPU)
+    monkeypatch.setattr(frontend, "_answer", True)  # a front end draws the widgets: nothing static
+    assert lab_ui.static_figures() == []
+    monkeypatch.setattr(frontend, "_answer", False)  # a headless runner, learnt by the probe
+    figures = lab_ui.static_figures()
+    assert len(figures) == 4
+    plots = (lab_ui.predictions, lab_ui.mechanisms, lab_ui.curve, lab_ui.breakdown)
+    for figure, plot in zip(figures, plots, strict=True):
+        bundle = figure._repr_mimebundle_()
+        assert len(bundle["application/vnd.plotly.v1+json"]["data"]) == len(plot.figure.data) > 0

@@ -34,7 +34,7 @@ import plotly.graph_objects as go
 
 from labkit.analysis import frontend, plots, whatif
 from labkit.analysis.cost_model import CpuCosts
-from labkit.analysis.live import LivePlot
+from labkit.analysis.live import LivePlot, StaticFigure, static
 from labkit.analysis.tables import styled
 from labkit.designs import DESIGNS
 
@@ -290,6 +290,18 @@ class WhatIfLab:
             await asyncio.sleep(0.1)  # the kernel reads the browser's messages meanwhile
         await asyncio.sleep(SETTLE_S)
         return all(figure._view_count for figure in figures)
+
+    def static_figures(self) -> list[StaticFigure]:
+        """Where no front end draws widgets (a headless run, an HTML export), the lab's four
+        figures as they stand, static; none where one does (ask after ``await lab_ui.shown()``).
+
+            await lab_ui.shown()
+            display(*lab_ui.static_figures())
+        """
+        if frontend.known() is not False:
+            return []
+        plots = (self.predictions, self.mechanisms, self.curve, self.breakdown)
+        return [static(plot.figure) for plot in plots if plot.figure is not None]
 
     async def done(self, timeout: float = 120.0) -> None:
         """Wait in a notebook cell for the measurement to finish, the kernel serving the page."""

@@ -125,6 +125,12 @@ FRONT_ENDS = {
 }
 
 
+def python_path(given: str) -> str:
+    """``--python`` as the front end's folder (notebooks/) sees it: a path is made absolute, a bare
+    command name (found on PATH) is kept."""
+    return str(Path(given).absolute()) if os.sep in given or "/" in given else given
+
+
 def start_front_end(python: str, kind: str, port: int, log: Path) -> subprocess.Popen:
     """``jupyter notebook`` or ``jupyter lab`` on loopback, no token, serving notebooks/."""
     app, expose, _ = FRONT_ENDS[kind]
@@ -220,7 +226,7 @@ def check_html(browser, python: str, notebook: Path, out: Path, limit: float) ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path)
-    parser.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
+    parser.add_argument("--python", type=python_path, default=str(ROOT / ".venv" / "bin" / "python"))
     parser.add_argument("--check", choices=["notebook7", "lab", "html", "all"], default="all")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "labkit-front-ends")
     parser.add_argument("--limit", type=float, default=180.0, help="seconds one notebook may take")

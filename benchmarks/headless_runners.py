@@ -104,9 +104,11 @@ def in_jupyterlab(python: str, notebooks: list[Path], out: Path) -> dict[str, fl
 
 
 def main() -> int:
+    from check_front_ends import python_path
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path)
-    parser.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
+    parser.add_argument("--python", type=python_path, default=str(ROOT / ".venv" / "bin" / "python"))
     args = parser.parse_args()
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
     out = Path(tempfile.mkdtemp(prefix="labkit-runners-"))

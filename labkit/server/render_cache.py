@@ -6,13 +6,17 @@ what each item renders to, far cheaper than tokenizing) and looks for the
 longest prefix it has rendered before; only the items after it are tokenized.
 
     >>> from labkit.engine.render import TokenBuffer
-    >>> cache = RenderCache(capacity_tokens=1000)
+    >>> cache = RenderCache()
     >>> items = [{"type": "message", "role": "user", "content": "hi"}]
     >>> buf = TokenBuffer.start("Be brief.", []); _ = buf.append(items)
     >>> cache.put(prefix_keys(buf.key, items)[-1], buf)
     >>> hit, used = cache.longest_prefix(prefix_keys(buf.key, items + items))
     >>> used, hit.ids == buf.ids
     (1, True)
+
+It holds views of buffers (forks: no copy), the least recently used going first past a
+bound on the bytes its entries hold, and only the event loop's thread may touch it (views
+of one buffer share its ids).
 
 The cache is shared by every key a server serves, so each key's keys are its
 own: a hasher made for an owner seeds its hash with the owner, and another
@@ -25,11 +29,20 @@ owner's same conversation never finds it (nor learns that it was rendered).
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+from cachetools import LRUCache
+
 from labkit.engine.render import TokenBuffer, item_block
+
+# What an entry costs (measured with tracemalloc on CPython 3.11; a test checks both): a token id
+# (or a block key) is an int of its own (32 bytes) and its list slot (8, and about 1/8 more as a
+# list grows); an entry's key, its fork and the cache's bookkeeping come to about 420 bytes.
+BYTES_PER_ID = 41
+ENTRY_BYTES = 512
+CAPACITY_BYTES = 4_000_000 * BYTES_PER_ID  # about four million tokens of renderings
 
 
 class PrefixHasher:
@@ -68,42 +81,53 @@ def prefix_keys(header: str, items: Sequence[dict[str, Any]], owner: str | None 
     return PrefixHasher(header, owner).extend(items)
 
 
-class RenderCache:
-    """An LRU of rendered buffers, each stored under the key of the prefix it renders.
+def buffer_bytes(buffer: TokenBuffer) -> int:
+    """What an entry holding ``buffer`` costs, counted as if its ids were its own (forks share them).
 
-    Bounded by the tokens it holds (about 36 bytes each as Python ints; buffers that
-    share ids are each counted as if they held their own), so a
-    server with many long conversations keeps its memory in check, and by the
-    number of buffers, so many tiny conversations do not grow it by their overhead.
+    >>> buffer_bytes(TokenBuffer("key", ids=[1, 2, 3]))
+    635
     """
+    return ENTRY_BYTES + BYTES_PER_ID * (len(buffer) + len(buffer.block_keys))
 
-    def __init__(self, capacity_tokens: int = 4_000_000, max_entries: int = 10_000) -> None:
-        self.capacity_tokens = capacity_tokens
-        self.max_entries = max_entries
-        self.tokens = 0
-        self._buffers: OrderedDict[str, TokenBuffer] = OrderedDict()
+
+class RenderCache:
+    """An LRU of rendered buffers, each under the key of the prefix it renders (``cachetools``),
+    bounded by the bytes its entries hold (``buffer_bytes``). The event loop's thread only."""
+
+    def __init__(self, capacity_bytes: int = CAPACITY_BYTES) -> None:
+        self._buffers: LRUCache[str, TokenBuffer] = LRUCache(capacity_bytes, getsizeof=buffer_bytes)
+        self._thread = threading.get_ident()  # the thread that made it: the event loop's
 
     def __len__(self) -> int:
         return len(self._buffers)
 
+    @property
+    def bytes(self) -> int:
+        """What the entries hold, by ``buffer_bytes``: at most ``capacity_bytes``."""
+        return int(self._buffers.currsize)
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self._buffers.maxsize)
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise RuntimeError("the render cache belongs to the event loop's thread")
+
     def put(self, key: str, buffer: TokenBuffer) -> None:
         """Keep a view of ``buffer`` (a fork: no copy; it shares the ids of a conversation that
-        goes on growing, and still ends where it ends now)."""
-        old = self._buffers.pop(key, None)
-        self.tokens -= len(old) if old else 0
-        self._buffers[key] = buffer.fork()
-        self.tokens += len(buffer)
-        while len(self._buffers) > 1 and (
-            self.tokens > self.capacity_tokens or len(self._buffers) > self.max_entries
-        ):
-            _, evicted = self._buffers.popitem(last=False)
-            self.tokens -= len(evicted)
+        goes on growing, and still ends where it ends now). One larger than the whole cache is
+        not kept."""
+        self._check_thread()
+        entry = buffer.fork()
+        if buffer_bytes(entry) <= self.capacity_bytes:
+            self._buffers[key] = entry
 
     def longest_prefix(self, keys: Sequence[str]) -> tuple[TokenBuffer | None, int]:
         """The cached buffer for the longest known prefix, forked, and how many items it covers."""
+        self._check_thread()
         for used in range(len(keys), 0, -1):
-            found = self._buffers.get(keys[used - 1])
+            found = self._buffers.get(keys[used - 1])  # a hit is now the most recently used
             if found is not None:
-                self._buffers.move_to_end(keys[used - 1])
                 return found.fork(), used
         return None, 0

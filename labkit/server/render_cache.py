@@ -1,11 +1,36 @@
-"""The sprint's render cache: rendered tokens kept in memory, keyed by the conversation prefix.
+"""The render cache: rendered conversations kept, so that a turn tokenizes only what is new.
 
-A stateless request carries its whole history. Instead of tokenizing it all
-again, the server hashes the conversation block by block (a chained hash of
-what each item renders to, far cheaper than tokenizing) and looks for the
-longest prefix it has rendered before; only the items after it are tokenized.
+This module owns the render cache, and this docstring is its contract; the render and
+retain stages, ``Turn.left_behind`` and the WebSocket lanes point here.
 
-    >>> from labkit.engine.render import TokenBuffer
+**What is cached.** A rendering: a ``TokenBuffer`` (``labkit.engine.render``: a
+conversation's token ids and the prefix-cache keys of its full blocks) and the
+``PrefixHasher`` that names the prefix it renders. Two places keep renderings:
+
+- the sprint's ``RenderCache``, one per server, shared by every connection and key:
+  buffers stored under the hash of their owner, system block and items; the least
+  recently used goes first, past a bound on the bytes its entries hold;
+- the connection cache: each WebSocket lane's latest ``Conversation``
+  (``labkit.server.turn``), whose buffer and hasher the lane's next response continues.
+
+**Who writes.** ``Renderings`` is the one way in: ``start`` (the render stage) only
+reads, and ``keep`` (the retain stage) is the only writer of the ``RenderCache``. A
+lane's conversation is replaced only by the response that finished on it
+(``Turn.left_behind``, stored by the lane in ``labkit.server.websocket``). A turn takes
+from either cache a fork of the buffer (a view that copies on write) and a copy of the
+hasher, so whatever it appends, a cached rendering still shows what it showed.
+
+**Threads.** Only the event loop touches a cached buffer or hasher, and the
+``RenderCache`` refuses any other thread: views of one buffer share its ids, so a change
+made beside the loop could reach every view. Work moved to a worker thread
+(``labkit.server.offload``) is given items, or a hasher the turn has just made for
+itself, and returns token ids or keys; the loop appends them (``append_rendered``).
+
+How the cache finds a prefix: a stateless request carries its whole history. Instead of
+tokenizing it all again, the server hashes the conversation item by item (a chained hash
+of what each item renders to, far cheaper than tokenizing) and looks for the longest
+prefix it has rendered before; only the items after it are tokenized.
+
     >>> cache = RenderCache()
     >>> items = [{"type": "message", "role": "user", "content": "hi"}]
     >>> buf = TokenBuffer.start("Be brief.", []); _ = buf.append(items)
@@ -14,13 +39,8 @@ longest prefix it has rendered before; only the items after it are tokenized.
     >>> used, hit.ids == buf.ids
     (1, True)
 
-It holds views of buffers (forks: no copy), the least recently used going first past a
-bound on the bytes its entries hold, and only the event loop's thread may touch it (views
-of one buffer share its ids).
-
-The cache is shared by every key a server serves, so each key's keys are its
-own: a hasher made for an owner seeds its hash with the owner, and another
-owner's same conversation never finds it (nor learns that it was rendered).
+Each key's renderings are its own: a hasher made for an owner seeds its hash with the
+owner, and another owner's same conversation never finds it (nor learns it was rendered).
 
     >>> cache.longest_prefix(prefix_keys(buf.key, items, owner="key_b"))
     (None, 0)
@@ -31,11 +51,20 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
-from labkit.engine.render import TokenBuffer, item_block
+from labkit.api.stages import Stage
+from labkit.designs import Over
+from labkit.engine.render import TokenBuffer, encode_items, header_key, item_block
+from labkit.server.offload import off_loop_if_large, text_chars
+from labkit.server.traces import Span
+
+if TYPE_CHECKING:
+    from labkit.server.turn import Turn
+
+Item = dict[str, Any]
 
 # What an entry costs (measured with tracemalloc on CPython 3.11; a test checks both): a token id
 # (or a block key) is an int of its own (32 bytes) and its list slot (8, and about 1/8 more as a
@@ -60,7 +89,7 @@ class PrefixHasher:
         self.count = 0  # items hashed so far
         self.last: str | None = None  # the key after the last item
 
-    def extend(self, items: Sequence[dict[str, Any]]) -> list[str]:
+    def extend(self, items: Sequence[Item]) -> list[str]:
         keys = []
         for item in items:
             block_header, body = item_block(item)
@@ -76,7 +105,7 @@ class PrefixHasher:
         return twin
 
 
-def prefix_keys(header: str, items: Sequence[dict[str, Any]], owner: str | None = None) -> list[str]:
+def prefix_keys(header: str, items: Sequence[Item], owner: str | None = None) -> list[str]:
     """The key of every prefix of ``items`` (see ``PrefixHasher``)."""
     return PrefixHasher(header, owner).extend(items)
 
@@ -112,7 +141,7 @@ class RenderCache:
 
     def _check_thread(self) -> None:
         if threading.get_ident() != self._thread:
-            raise RuntimeError("the render cache belongs to the event loop's thread")
+            raise RuntimeError("the render cache belongs to the event loop: see labkit.server.render_cache")
 
     def put(self, key: str, buffer: TokenBuffer) -> None:
         """Keep a view of ``buffer`` (a fork: no copy; it shares the ids of a conversation that
@@ -131,3 +160,61 @@ class RenderCache:
             if found is not None:
                 return found.fork(), used
         return None, 0
+
+
+# ---------------------------------------------------------------- the render and retain stages' way in
+
+
+class Renderings:
+    """Where a turn's rendering starts (the render stage) and what it leaves (the retain stage)."""
+
+    def __init__(self, cache: RenderCache | None = None) -> None:
+        self.cache = cache if cache is not None else RenderCache()
+
+    async def start(self, turn: Turn, span: Span) -> tuple[TokenBuffer, list[Item]]:
+        """The buffer a turn renders onto and the items still to render; ``span`` notes where
+        the buffer came from (its ``cache`` detail).
+
+        Under a design that renders only what is new: the lane's conversation when it has
+        the same instructions and tools (``connection``), else the render cache's longest
+        prefix (``render_cache``, or ``miss``). Otherwise the system block alone (``none``).
+        """
+        req = turn.req
+        assert req is not None
+        key = header_key(req.instructions, req.tools)
+        reuse = turn.plan[Stage.RENDER].over is Over.NEW
+        cached = turn.cached if turn.cache_hit else None
+        if reuse and cached is not None and cached.buffer.key == key:
+            span.detail["cache"] = "connection"
+            turn.hasher = cached.hasher.copy() if cached.hasher else None
+            return cached.buffer.fork(), turn.new_items  # a view: the history's ids are not copied
+        if reuse and turn.design.render_cache:
+            turn.hasher = PrefixHasher(key, turn.owner)  # the turn's own until it is kept
+            items = turn.items
+            keys = await off_loop_if_large(text_chars(items), span, turn.hasher.extend, items)
+            found, used = self.cache.longest_prefix(keys)
+            span.detail["cache"] = "render_cache" if found else "miss"
+            return found or TokenBuffer.start(req.instructions, req.tools), items[used:]
+        span.detail["cache"] = "none"
+        return TokenBuffer.start(req.instructions, req.tools), turn.items
+
+    def keep(self, turn: Turn) -> int:
+        """A finished turn's buffer into the render cache, under the key of everything it
+        renders (when its design has one); returns how many items were hashed for that key:
+        only those the turn's hasher had not read."""
+        buffer = turn.buffer
+        if not turn.design.render_cache or buffer is None:
+            return 0
+        hasher = turn.hasher or PrefixHasher(buffer.key, turn.owner)
+        hashed = len(hasher.extend(turn.items_from(hasher.count)))
+        turn.hasher = hasher
+        if hasher.last is not None:
+            self.cache.put(hasher.last, buffer)
+        return hashed
+
+
+async def append_rendered(buffer: TokenBuffer, items: Sequence[Item], span: Span) -> None:
+    """Render and append ``items``: the tokenizing off the loop when they are large, the
+    appending always on it (see the threads rule above)."""
+    blocks = await off_loop_if_large(text_chars(items), span, encode_items, items)
+    buffer.append_blocks(blocks)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from openai import OpenAI
 
 from labkit.server.handle import LabkitServer
@@ -141,3 +146,24 @@ def socket_inodes(pid: int) -> set[str]:
         if link.startswith("socket:["):
             inodes.add(link[len("socket:[") : -1])
     return inodes
+
+
+@contextmanager
+def served_in_thread(app: Any, **config: Any) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread of this process, on a loopback socket; yields its
+    URL (``http://127.0.0.1:PORT/``). ``config``: more ``uvicorn.Config`` settings."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, **config))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

@@ -17,7 +17,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 import tomllib
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from conftest import served_in_thread
 
 from labkit.server.network import ConnectionTracker, TrackedHTTP, http_protocol
 
@@ -173,22 +172,8 @@ def tracked_server() -> Iterator[tuple[str, list[bool]]]:
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, http=TrackedHTTP, lifespan="off", log_config=None)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/", opened
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with served_in_thread(app, http=TrackedHTTP, lifespan="off") as url:
+        yield url, opened
 
 
 def requests_on_one_connection(url: str, count: int, port: int = 0) -> None:

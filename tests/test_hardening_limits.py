@@ -35,7 +35,7 @@ from labkit.scenarios import SYNTHETIC_MAX, ScenarioNotFound, load_scenario
 from labkit.server.auth import KeyLimiter, Keys
 from labkit.server.handle import LabkitServer
 from labkit.server.network import MAX_REMEMBERED, ConnectionTracker
-from labkit.server.render_cache import RenderCache, prefix_keys
+from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes, prefix_keys
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.traces import Trace, TraceStore
 
@@ -43,10 +43,10 @@ from labkit.server.traces import Trace, TraceStore
 
 
 def test_scenario_cache_evicts_past_its_cap() -> None:
-    library = ScriptLibrary(default_data_dir(), GenericPolicy(), capacity=4)
+    library = ScriptLibrary(default_data_dir(), GenericPolicy(), capacity_bytes=20_000)
     for turns in range(1, 11):
         library.policy_for({"labkit_scenario": f"synthetic:turns={turns},output_tokens=4"})
-    assert len(library) == 4
+    assert 1 < len(library) < 10 and library.bytes <= 20_000
     # The most recent names are the ones kept, and a kept one is served from the cache.
     kept = library.policy_for({"labkit_scenario": "synthetic:turns=10,output_tokens=4"})
     assert library.policy_for({"labkit_scenario": "synthetic:turns=10,output_tokens=4"}) is kept
@@ -60,21 +60,22 @@ def test_trace_store_keeps_its_capacity() -> None:
     assert sum(traces.get("owner", f"resp_{i}") is not None for i in range(50)) == 5
 
 
-def test_render_cache_is_bounded_by_entries_and_tokens() -> None:
-    cache = RenderCache(capacity_tokens=10_000_000, max_entries=8)
+def test_render_cache_is_bounded_by_the_bytes_its_entries_hold() -> None:
+    """Many tiny conversations are bounded by their entries' cost, a few long ones by their tokens."""
+    tiny = RenderCache(capacity_bytes=8 * ENTRY_BYTES + 8 * 20 * BYTES_PER_ID)
     for i in range(40):
         items = [{"type": "message", "role": "user", "content": f"hi {i}"}]
         buffer = TokenBuffer.start(None, [])
         buffer.append(items)
-        cache.put(prefix_keys(buffer.key, items)[-1], buffer)
-    assert len(cache) == 8
-    small = RenderCache(capacity_tokens=50, max_entries=1_000)
+        tiny.put(prefix_keys(buffer.key, items)[-1], buffer)
+    assert 1 < len(tiny) < 40 and tiny.bytes <= tiny.capacity_bytes < tiny.bytes + buffer_bytes(buffer)
+    small = RenderCache(capacity_bytes=ENTRY_BYTES + 50 * BYTES_PER_ID)
     for i in range(40):
-        items = [{"type": "message", "role": "user", "content": f"a longer message, number {i}"}]
+        items = [{"type": "message", "role": "user", "content": f"a longer message, number {i} " * 3}]
         buffer = TokenBuffer.start(None, [])
         buffer.append(items)
         small.put(prefix_keys(buffer.key, items)[-1], buffer)
-    assert len(small) < 40 and (small.tokens <= 50 or len(small) == 1)  # one buffer is always kept
+    assert len(small) == 1 and small.bytes <= small.capacity_bytes
 
 
 def test_prefix_cache_evicts_past_its_capacity() -> None:

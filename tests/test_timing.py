@@ -21,7 +21,6 @@ from starlette.testclient import TestClient
 from labkit.engine import timing
 from labkit.engine.clock import DecodeClock, Pacing
 from labkit.server import app as app_module
-from labkit.server import pipeline as pipeline_module
 from labkit.server import timer
 from labkit.server.billing import Billing, Charge
 from labkit.server.datadir import data_home, default_db
@@ -171,11 +170,11 @@ def test_the_servers_modeled_hops_keep_their_length_on_a_coarse_timer() -> None:
 
     async def main() -> tuple[list[float], float, float]:
         await timing.calibrate()
-        past = await waits_past_deadline(pipeline_module._sleep, 0.004)
+        past = await waits_past_deadline(timing.sleep, 0.004)
         past += await waits_past_deadline(billing_hop, 0.004)
         hop, long_hop = (
-            await fastest(pipeline_module._sleep, 0.004),
-            await fastest(pipeline_module._sleep, 0.012),
+            await fastest(timing.sleep, 0.004),
+            await fastest(timing.sleep, 0.012),
         )
         return past, hop, long_hop
 

@@ -18,9 +18,8 @@ from labkit.api.errors import APIError, invalid_request
 from labkit.api.events import ResponseEvents
 from labkit.api.ids import new_item_id
 from labkit.api.requests import check_new_items, parse_item, stored_form
-from labkit.api.stages import Stage
-from labkit.server.pipeline import Emit, Pipeline, append_rendered
-from labkit.server.responder import finish
+from labkit.server.pipeline import Emit, Pipeline
+from labkit.server.responder import finish, infer
 from labkit.server.turn import Conversation, Turn
 
 Item = dict[str, Any]
@@ -35,54 +34,44 @@ async def respond_appended(
         for event in events.start():
             await send(event)
         while True:
-            truncated, paused = await pipeline.infer(turn, events, send)
+            truncated, paused = await infer(pipeline, turn, events, send)
             if truncated or not paused:
                 return await finish(pipeline, turn, events, send, truncated)
             await send(events.pause(turn.unsettled()[0]))
             turn.next_segment()
-            appended = await accepted_append(pipeline, turn, next_append, emit)
-            await append_segment(pipeline, turn, appended)
+            await resume(pipeline, turn, next_append, emit)
     finally:
         pipeline.bill_if_abandoned(turn)
 
 
-async def accepted_append(
+async def resume(
     pipeline: Pipeline, turn: Turn, next_append: Callable[[], Awaitable[list[Any]]], emit: Emit
-) -> list[Item]:
-    """The next append whose items pass a create's checks; a refused one is answered, and the
-    rollout keeps waiting (its uplink and validation stay in the segment's spans: work done)."""
+) -> None:
+    """A later segment's stages before inference: the next append that passes validation (a
+    refused one is answered, and the rollout keeps waiting; its uplink and validation stay in
+    the segment's spans: work done), then the input classifier and the render stage over
+    only what was appended (rendered after the outputs it answers)."""
     while True:
         raw = await next_append()
         await pipeline.uplink(turn.trace)
         try:
-            return appended_items(turn, raw)
+            pipeline.validate(turn, raw, accept_append)
+            break
         except APIError as err:
             await emit(err.ws_event())  # not through the turn's sender: no downlink, no segment start
-
-
-def appended_items(turn: Turn, raw: Any) -> list[Item]:
-    """Validate appended input as a create's: each item, then the checks that need the
-    conversation (a compaction item's seal, a tool output answering a call)."""
-    with turn.trace.stage(Stage.VALIDATION) as span:
-        if not isinstance(raw, list):
-            raise invalid_request("'input' of response.append must be a list of items.", param="input")
-        parsed = [parse_item(item, f"input[{i}]") for i, item in enumerate(raw)]
-        appended = [stored_form({"id": new_item_id(i["type"]), **i}) for i in parsed]
-        # The pending calls are in the conversation (unsettled outputs): their outputs are answers.
-        check_new_items(turn.conversation(), appended, turn.owner)
-        span.items = len(appended)
-    return appended
-
-
-async def append_segment(pipeline: Pipeline, turn: Turn, appended: list[Item]) -> None:
-    """Classify and render only the appended items (after the outputs they answer)."""
-    assert turn.buffer is not None
     # New input is new to the classifier too: the prototype stopped re-reading the history, not this.
-    await pipeline.input_safety(turn, appended)
-    with turn.trace.stage(Stage.RENDER) as span:
-        before = turn.buffer.encoded
-        pipeline.settle(turn)
-        await append_rendered(turn.buffer, appended, span)
-        turn.appended += appended
-        span.items, span.tokens = len(appended), turn.buffer.encoded - before
-        span.detail["prompt_tokens"] = len(turn.buffer)
+    await pipeline.input_safety(turn, turn.appending)
+    await pipeline.render(turn)
+
+
+def accept_append(turn: Turn, raw: Any) -> list[Item]:
+    """Appended input, validated as a create's: each item, then the checks that need the
+    conversation (a compaction item's seal, a tool output answering a call)."""
+    if not isinstance(raw, list):
+        raise invalid_request("'input' of response.append must be a list of items.", param="input")
+    parsed = [parse_item(item, f"input[{i}]") for i, item in enumerate(raw)]
+    appended = [stored_form({"id": new_item_id(i["type"]), **i}) for i in parsed]
+    # The pending calls are in the conversation (unsettled outputs): their outputs are answers.
+    check_new_items(turn.conversation(), appended, turn.owner)
+    turn.appending = appended
+    return appended

@@ -27,19 +27,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from labkit.api.compaction import OBJECT, Payload, open_payload, seal
-from labkit.api.errors import APIError, invalid_request, model_not_found, previous_response_not_found
+from labkit.api.errors import APIError, invalid_request
+from labkit.api.events import Event, ResponseEvents
+from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.ids import new_id
-from labkit.api.requests import CompactRequest, check_new_items, parse_compact
+from labkit.api.requests import CreateBody, CreateRequest, parse_compact
 from labkit.api.responses import usage
-from labkit.api.stages import Stage
-from labkit.engine import timing
-from labkit.engine.catalogue import ModelSpec, UnknownModel
-from labkit.engine.render import GENERATION_PROMPT, TokenBuffer, content_text, encode_block, item_block
+from labkit.designs import select_design
+from labkit.engine.policies import Say
+from labkit.engine.render import content_text, encode_block, item_block
 from labkit.engine.tokenizer import decode, encode_text
-from labkit.server.billing import Charge
 from labkit.server.http import error_response, pipeline_of, read_json
-from labkit.server.pipeline import Pipeline, append_rendered
+from labkit.server.pipeline import Pipeline
 from labkit.server.traces import Trace
+from labkit.server.turn import Turn
 
 Item = dict[str, Any]
 
@@ -53,94 +54,70 @@ async def compact_endpoint(request: Request) -> Response:
     pipeline = pipeline_of(request)
     trace = Trace()
     try:
+        design = select_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
         client = (request.client.host, request.client.port) if request.client else None
         await pipeline.connect(trace, client)
         await pipeline.uplink(trace)
         owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
-        resource = await compact(pipeline, owner, trace, await read_json(request))
+        turn = Turn(design=design, owner=owner, trace=trace)
+        resource = await compact(pipeline, turn, await read_json(request))
     except APIError as err:
         return error_response(err)
     return JSONResponse(resource)
 
 
-async def compact(pipeline: Pipeline, owner: str, trace: Trace, body: Any) -> dict[str, Any]:
-    """Validate, load the window, run the compaction pass; returns the compact resource."""
-    with trace.stage(Stage.VALIDATION) as span:
-        req = parse_compact(body)
-        span.items = len(req.items)
-    with trace.stage(Stage.HYDRATION) as span:
-        window = _window(pipeline, owner, req)
-        span.items = len(window)
-    with trace.stage(Stage.RENDER) as span:
-        buffer = TokenBuffer.start(req.instructions, [])
-        await append_rendered(buffer, window, span)  # a large window is tokenized off the loop
-        span.items, span.tokens = len(window), buffer.encoded
-    with trace.stage(Stage.ROUTING) as span:
-        model = await _model(pipeline, req.model)
-        replica = pipeline.router.pick(req.prompt_cache_key)
-        span.detail["replica"] = replica.name
+async def compact(pipeline: Pipeline, turn: Turn, body: Any) -> dict[str, Any]:
+    """The compaction pass through the pipeline's stages: validation, hydration (the window),
+    render, routing, then queue, prefill and the summary's decode; returns the compact resource."""
+    pipeline.validate(turn, body, accept_compaction)
+    pipeline.hydrate(turn)
+    window = turn.items
+    if not window:
+        raise invalid_request("There is nothing to compact: 'input' is empty.", param="input")
+    await pipeline.render(turn)  # a large window is tokenized off the loop
+    await pipeline.route(turn)
+    assert turn.model is not None
     kept, payload = summarize(window)
-    summary_ids = encode_text(payload.summary)
-    with trace.stage(Stage.QUEUE):
-        await pipeline.slots[replica.name].acquire()
-    try:
-        with trace.stage(Stage.PREFILL) as span:
-            prefill = await replica.prefill(model, buffer.ids, buffer.block_keys, tail=GENERATION_PROMPT)
-            span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
-        with trace.stage(Stage.DECODE) as span:
-            async for _chunk in replica.decode(model).pace(summary_ids):
-                pass  # the summary is written at the model's speed; nothing streams
-            span.tokens = len(summary_ids)
-    finally:
-        pipeline.slots[replica.name].release()
-    response_id = new_id("resp")
-    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": seal(payload, owner)}
-    pipeline.billing.charge_later(
-        Charge(
-            response_id,
-            owner,
-            model.name,
-            prefill.prompt_tokens,
-            prefill.cached_tokens,
-            len(summary_ids),
-            "completed",
-        )
-    )
-    pipeline.traces.put(owner, response_id, trace)
+    turn.response = {"id": new_id("resp"), "object": OBJECT, "model": turn.model.name, "output": []}
+    async with pipeline.queue(turn):
+        await pipeline.prefill(turn)
+        # The summary is written at the model's speed, as a message the pass keeps: nothing streams.
+        await pipeline.decode(turn, ResponseEvents(turn.response), [Say(payload.summary)], _kept_back)
+    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": seal(payload, turn.owner)}
+    pipeline.billing.charge_later(pipeline.charge(turn, "completed"))
+    pipeline.traces.put(turn.owner, turn.response["id"], turn.trace)
     return {
-        "id": response_id,
+        "id": turn.response["id"],
         "object": OBJECT,
         "created_at": int(time.time()),
         "output": [*kept, item],
-        "usage": usage(prefill.prompt_tokens, prefill.cached_tokens, len(summary_ids)),
+        "usage": usage(turn.prompt_tokens, turn.cached_tokens, turn.produced),
     }
 
 
-def _window(pipeline: Pipeline, owner: str, req: CompactRequest) -> list[Item]:
-    """The stored conversation of ``previous_response_id`` (this key's only), then ``input``."""
-    history: list[Item] = []
-    if req.previous_response_id is not None:
-        found = pipeline.store.conversation(owner, req.previous_response_id)
-        if found is None:
-            raise previous_response_not_found(req.previous_response_id)
-        history = found
-    new_items = pipeline.resolve_references(req.items, owner)
-    check_new_items(history, new_items, owner)  # the same input checks as a create
-    window = history + new_items
-    if not window:
-        raise invalid_request("There is nothing to compact: 'input' is empty.", param="input")
-    return window
+def accept_compaction(turn: Turn, body: Any) -> list[Item]:
+    """A compact body, onto the turn as the create the pass amounts to: the window as input,
+    no tools, nothing stored.
+
+    >>> from labkit.designs import SPRINT
+    >>> turn = Turn(design=SPRINT, owner="key_a")
+    >>> len(accept_compaction(turn, {"model": "labkit-spark", "input": "Hi"})), turn.req.tools
+    (1, [])
+    """
+    req = parse_compact(body)
+    create = CreateBody(
+        model=req.model,
+        instructions=req.instructions,
+        previous_response_id=req.previous_response_id,
+        prompt_cache_key=req.prompt_cache_key,
+        store=False,
+    )
+    turn.req = CreateRequest(create, req.items, tools=[])
+    return req.items
 
 
-async def _model(pipeline: Pipeline, name: str) -> ModelSpec:
-    model = pipeline.router.cached_config(name)
-    if model is None:
-        await timing.sleep(pipeline.profile.routing.model_config_hop_ms / 1000)
-        try:
-            model = pipeline.router.fetch_config(name)
-        except UnknownModel as exc:
-            raise model_not_found(str(exc)) from None
-    return model
+async def _kept_back(event: Event) -> None:
+    return None
 
 
 # ---------------------------------------------------------------- the summary

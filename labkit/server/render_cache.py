@@ -1,12 +1,37 @@
-"""The sprint's render cache: rendered tokens kept in memory, keyed by the conversation prefix.
+"""The render cache: rendered conversations kept, so that a turn tokenizes only what is new.
 
-A stateless request carries its whole history. Instead of tokenizing it all
-again, the server hashes the conversation block by block (a chained hash of
-what each item renders to, far cheaper than tokenizing) and looks for the
-longest prefix it has rendered before; only the items after it are tokenized.
+This module owns the render cache, and this docstring is its contract; the render and
+retain stages, ``Turn.left_behind`` and the WebSocket lanes point here.
 
-    >>> from labkit.engine.render import TokenBuffer
-    >>> cache = RenderCache(capacity_tokens=1000)
+**What is cached.** A rendering: a ``TokenBuffer`` (``labkit.engine.render``: a
+conversation's token ids and the prefix-cache keys of its full blocks) and the
+``PrefixHasher`` that names the prefix it renders. Two places keep renderings:
+
+- the sprint's ``RenderCache``, one per server, shared by every connection and key:
+  buffers stored under the hash of their owner, system block and items; the least
+  recently used goes first, past a bound on the bytes its entries hold;
+- the connection cache: each WebSocket lane's latest ``Conversation``
+  (``labkit.server.turn``), whose buffer and hasher the lane's next response continues.
+
+**Who writes.** ``Renderings`` is the one way in: ``start`` (the render stage) only
+reads, and ``keep`` (the retain stage) is the only writer of the ``RenderCache``. A
+lane's conversation is replaced only by the response that finished on it
+(``Turn.left_behind``, stored by the lane in ``labkit.server.websocket``). A turn takes
+from either cache a fork of the buffer (a view that copies on write) and a copy of the
+hasher, so whatever it appends, a cached rendering still shows what it showed.
+
+**Threads.** Only the event loop touches a cached buffer or hasher, and the
+``RenderCache`` refuses any other thread: views of one buffer share its ids, so a change
+made beside the loop could reach every view. Work moved to a worker thread
+(``labkit.server.offload``) is given items, or a hasher the turn has just made for
+itself, and returns token ids or keys; the loop appends them (``append_rendered``).
+
+How the cache finds a prefix: a stateless request carries its whole history. Instead of
+tokenizing it all again, the server hashes the conversation item by item (a chained hash
+of what each item renders to, far cheaper than tokenizing) and looks for the longest
+prefix it has rendered before; only the items after it are tokenized.
+
+    >>> cache = RenderCache()
     >>> items = [{"type": "message", "role": "user", "content": "hi"}]
     >>> buf = TokenBuffer.start("Be brief.", []); _ = buf.append(items)
     >>> cache.put(prefix_keys(buf.key, items)[-1], buf)
@@ -14,9 +39,8 @@ longest prefix it has rendered before; only the items after it are tokenized.
     >>> used, hit.ids == buf.ids
     (1, True)
 
-The cache is shared by every key a server serves, so each key's keys are its
-own: a hasher made for an owner seeds its hash with the owner, and another
-owner's same conversation never finds it (nor learns that it was rendered).
+Each key's renderings are its own: a hasher made for an owner seeds its hash with the
+owner, and another owner's same conversation never finds it (nor learns it was rendered).
 
     >>> cache.longest_prefix(prefix_keys(buf.key, items, owner="key_b"))
     (None, 0)
@@ -25,11 +49,29 @@ owner's same conversation never finds it (nor learns that it was rendered).
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from labkit.engine.render import TokenBuffer, item_block
+from cachetools import LRUCache
+
+from labkit.api.stages import Stage
+from labkit.designs import Over
+from labkit.engine.render import TokenBuffer, encode_items, header_key, item_block
+from labkit.server.offload import off_loop_if_large, text_chars
+from labkit.server.traces import Span
+
+if TYPE_CHECKING:
+    from labkit.server.turn import Turn
+
+Item = dict[str, Any]
+
+# What an entry costs (measured with tracemalloc on CPython 3.11; a test checks both): a token id
+# (or a block key) is an int of its own (32 bytes) and its list slot (8, and about 1/8 more as a
+# list grows); an entry's key, its fork and the cache's bookkeeping come to about 420 bytes.
+BYTES_PER_ID = 41
+ENTRY_BYTES = 512
+CAPACITY_BYTES = 4_000_000 * BYTES_PER_ID  # about four million tokens of renderings
 
 
 class PrefixHasher:
@@ -47,7 +89,7 @@ class PrefixHasher:
         self.count = 0  # items hashed so far
         self.last: str | None = None  # the key after the last item
 
-    def extend(self, items: Sequence[dict[str, Any]]) -> list[str]:
+    def extend(self, items: Sequence[Item]) -> list[str]:
         keys = []
         for item in items:
             block_header, body = item_block(item)
@@ -63,47 +105,116 @@ class PrefixHasher:
         return twin
 
 
-def prefix_keys(header: str, items: Sequence[dict[str, Any]], owner: str | None = None) -> list[str]:
+def prefix_keys(header: str, items: Sequence[Item], owner: str | None = None) -> list[str]:
     """The key of every prefix of ``items`` (see ``PrefixHasher``)."""
     return PrefixHasher(header, owner).extend(items)
 
 
-class RenderCache:
-    """An LRU of rendered buffers, each stored under the key of the prefix it renders.
+def buffer_bytes(buffer: TokenBuffer) -> int:
+    """What an entry holding ``buffer`` costs, counted as if its ids were its own (forks share them).
 
-    Bounded by the tokens it holds (about 36 bytes each as Python ints; buffers that
-    share ids are each counted as if they held their own), so a
-    server with many long conversations keeps its memory in check, and by the
-    number of buffers, so many tiny conversations do not grow it by their overhead.
+    >>> buffer_bytes(TokenBuffer("key", ids=[1, 2, 3]))
+    635
     """
+    return ENTRY_BYTES + BYTES_PER_ID * (len(buffer) + len(buffer.block_keys))
 
-    def __init__(self, capacity_tokens: int = 4_000_000, max_entries: int = 10_000) -> None:
-        self.capacity_tokens = capacity_tokens
-        self.max_entries = max_entries
-        self.tokens = 0
-        self._buffers: OrderedDict[str, TokenBuffer] = OrderedDict()
+
+class RenderCache:
+    """An LRU of rendered buffers, each under the key of the prefix it renders (``cachetools``),
+    bounded by the bytes its entries hold (``buffer_bytes``). The event loop's thread only."""
+
+    def __init__(self, capacity_bytes: int = CAPACITY_BYTES) -> None:
+        self._buffers: LRUCache[str, TokenBuffer] = LRUCache(capacity_bytes, getsizeof=buffer_bytes)
+        self._thread = threading.get_ident()  # the thread that made it: the event loop's
 
     def __len__(self) -> int:
         return len(self._buffers)
 
+    @property
+    def bytes(self) -> int:
+        """What the entries hold, by ``buffer_bytes``: at most ``capacity_bytes``."""
+        return int(self._buffers.currsize)
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self._buffers.maxsize)
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise RuntimeError("the render cache belongs to the event loop: see labkit.server.render_cache")
+
     def put(self, key: str, buffer: TokenBuffer) -> None:
         """Keep a view of ``buffer`` (a fork: no copy; it shares the ids of a conversation that
-        goes on growing, and still ends where it ends now)."""
-        old = self._buffers.pop(key, None)
-        self.tokens -= len(old) if old else 0
-        self._buffers[key] = buffer.fork()
-        self.tokens += len(buffer)
-        while len(self._buffers) > 1 and (
-            self.tokens > self.capacity_tokens or len(self._buffers) > self.max_entries
-        ):
-            _, evicted = self._buffers.popitem(last=False)
-            self.tokens -= len(evicted)
+        goes on growing, and still ends where it ends now). One larger than the whole cache is
+        not kept."""
+        self._check_thread()
+        entry = buffer.fork()
+        if buffer_bytes(entry) <= self.capacity_bytes:
+            self._buffers[key] = entry
 
     def longest_prefix(self, keys: Sequence[str]) -> tuple[TokenBuffer | None, int]:
         """The cached buffer for the longest known prefix, forked, and how many items it covers."""
+        self._check_thread()
         for used in range(len(keys), 0, -1):
-            found = self._buffers.get(keys[used - 1])
+            found = self._buffers.get(keys[used - 1])  # a hit is now the most recently used
             if found is not None:
-                self._buffers.move_to_end(keys[used - 1])
                 return found.fork(), used
         return None, 0
+
+
+# ---------------------------------------------------------------- the render and retain stages' way in
+
+
+class Renderings:
+    """Where a turn's rendering starts (the render stage) and what it leaves (the retain stage)."""
+
+    def __init__(self, cache: RenderCache | None = None) -> None:
+        self.cache = cache if cache is not None else RenderCache()
+
+    async def start(self, turn: Turn, span: Span) -> tuple[TokenBuffer, list[Item]]:
+        """The buffer a turn renders onto and the items still to render; ``span`` notes where
+        the buffer came from (its ``cache`` detail).
+
+        Under a design that renders only what is new: the lane's conversation when it has
+        the same instructions and tools (``connection``), else the render cache's longest
+        prefix (``render_cache``, or ``miss``). Otherwise the system block alone (``none``).
+        """
+        req = turn.req
+        assert req is not None
+        key = header_key(req.instructions, req.tools)
+        reuse = turn.plan[Stage.RENDER].over is Over.NEW
+        cached = turn.cached if turn.cache_hit else None
+        if reuse and cached is not None and cached.buffer.key == key:
+            span.detail["cache"] = "connection"
+            turn.hasher = cached.hasher.copy() if cached.hasher else None
+            return cached.buffer.fork(), turn.new_items  # a view: the history's ids are not copied
+        if reuse and turn.design.render_cache:
+            turn.hasher = PrefixHasher(key, turn.owner)  # the turn's own until it is kept
+            items = turn.items
+            keys = await off_loop_if_large(text_chars(items), span, turn.hasher.extend, items)
+            found, used = self.cache.longest_prefix(keys)
+            span.detail["cache"] = "render_cache" if found else "miss"
+            return found or TokenBuffer.start(req.instructions, req.tools), items[used:]
+        span.detail["cache"] = "none"
+        return TokenBuffer.start(req.instructions, req.tools), turn.items
+
+    def keep(self, turn: Turn) -> int:
+        """A finished turn's buffer into the render cache, under the key of everything it
+        renders (when its design has one); returns how many items were hashed for that key:
+        only those the turn's hasher had not read."""
+        buffer = turn.buffer
+        if not turn.design.render_cache or buffer is None:
+            return 0
+        hasher = turn.hasher or PrefixHasher(buffer.key, turn.owner)
+        hashed = len(hasher.extend(turn.items_from(hasher.count)))
+        turn.hasher = hasher
+        if hasher.last is not None:
+            self.cache.put(hasher.last, buffer)
+        return hashed
+
+
+async def append_rendered(buffer: TokenBuffer, items: Sequence[Item], span: Span) -> None:
+    """Render and append ``items``: the tokenizing off the loop when they are large, the
+    appending always on it (see the threads rule above)."""
+    blocks = await off_loop_if_large(text_chars(items), span, encode_items, items)
+    buffer.append_blocks(blocks)

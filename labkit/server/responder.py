@@ -2,9 +2,9 @@
 
 ``prepare`` runs everything before inference and may refuse the request (an
 ``APIError`` before any event is sent); ``respond`` streams the events
-through ``emit`` and returns the conversation a follow-up can reuse.
-``labkit.server.appended`` is the prototype's variant of ``respond``; ``cut``
-records a response whose client stopped reading.
+through ``emit`` and returns the conversation a follow-up can reuse; ``infer``
+is one sampling segment of it. ``labkit.server.appended`` is the prototype's
+variant of ``respond``; ``cut`` records a response whose client stopped reading.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from labkit.api.events import ResponseEvents
 from labkit.api.responses import usage
 from labkit.api.stages import Stage
+from labkit.engine.policies import Call
 from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.trace_stream import trace_event
 from labkit.server.turn import Conversation, Turn
@@ -38,10 +39,24 @@ async def respond(pipeline: Pipeline, turn: Turn, emit: Emit) -> Conversation:
     try:
         for event in events.start():
             await send(event)
-        truncated, _ = await pipeline.infer(turn, events, send)
+        truncated, _ = await infer(pipeline, turn, events, send)
         return await finish(pipeline, turn, events, send, truncated)
     finally:
         pipeline.bill_if_abandoned(turn)
+
+
+async def infer(pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit) -> tuple[bool, bool]:
+    """One sampling segment: a slot, the prefill, then the policy's actions decoded (unless the
+    request asked for the prefill alone); returns (truncated, paused on a call)."""
+    assert turn.req is not None
+    async with pipeline.queue(turn):
+        await pipeline.prefill(turn)
+        if not turn.req.generate:
+            return False, False
+        actions = turn.next_actions()
+        await pipeline.depart(turn)  # a resumed segment's first event: the network before decoding
+        truncated = await pipeline.decode(turn, events, actions, send)
+    return truncated, bool(actions) and isinstance(actions[-1], Call)
 
 
 async def finish(
@@ -64,15 +79,7 @@ async def finish(
     if pipeline.feed.wants(turn.owner):  # the spans' JSON costs more than the rest of finishing
         spans = [span.to_json() for span in turn.trace.spans]
         pipeline.feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))
-    assert turn.buffer is not None and turn.model is not None and turn.replica is not None
-    return Conversation(
-        response=turn.response,
-        items=turn.items,
-        buffer=turn.buffer,
-        model=turn.model,
-        replica=turn.replica,
-        hasher=turn.hasher,
-    )
+    return turn.left_behind()
 
 
 def cut(pipeline: Pipeline, turn: Turn, reason: str) -> None:

@@ -6,16 +6,23 @@ response, for the last ``capacity`` responses, and served by
 ``GET /v1/labkit/traces?response_id=...``. With ``--workers``, a finished response
 that another worker ran is found in the room's shared table instead
 (``labkit.server.shared_traces``).
+
+The store is bounded by responses, not bytes: a trace is kept from the moment its
+response opens (an appended rollout's spans are read while it runs), so it grows
+after it is stored, and a size taken then would not hold.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from cachetools import FIFOCache
+
+from labkit.limits import MAX_TRACES
 
 if TYPE_CHECKING:
     from labkit.server.shared_traces import SharedTraces
@@ -66,18 +73,19 @@ class Trace:
 
 
 class TraceStore:
-    """This process's traces, newest last; ``shared`` (with ``--workers``) holds the other workers'."""
+    """This process's traces, the oldest response's first out (``cachetools``); ``shared``
+    (with ``--workers``) holds the other workers'."""
 
-    def __init__(self, capacity: int = 10_000, shared: SharedTraces | None = None) -> None:
-        self.capacity = capacity
+    def __init__(self, capacity: int = MAX_TRACES, shared: SharedTraces | None = None) -> None:
         self.shared = shared
-        self._traces: OrderedDict[str, tuple[str, Trace]] = OrderedDict()
+        self._traces: FIFOCache[str, tuple[str, Trace]] = FIFOCache(capacity)
+
+    @property
+    def capacity(self) -> int:
+        return int(self._traces.maxsize)
 
     def put(self, owner: str, response_id: str, trace: Trace) -> None:
         self._traces[response_id] = (owner, trace)
-        self._traces.move_to_end(response_id)
-        while len(self._traces) > self.capacity:
-            self._traces.popitem(last=False)
 
     def get(self, owner: str, response_id: str) -> Trace | None:
         found = self._traces.get(response_id)

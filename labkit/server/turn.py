@@ -9,7 +9,7 @@ from labkit.api.requests import CreateRequest
 from labkit.designs import Design, Plan
 from labkit.engine.catalogue import ModelSpec
 from labkit.engine.inference import Replica
-from labkit.engine.policies import Policy
+from labkit.engine.policies import Action, Policy, TurnContext
 from labkit.engine.render import TokenBuffer
 from labkit.server.render_cache import PrefixHasher
 from labkit.server.traces import Trace
@@ -17,7 +17,8 @@ from labkit.server.traces import Trace
 
 @dataclass
 class Conversation:
-    """The state of the most recent response: what a connection cache keeps."""
+    """The state of the most recent response: what a connection cache keeps (its rendering's
+    rules: ``labkit.server.render_cache``)."""
 
     response: dict[str, Any]
     items: list[dict[str, Any]]
@@ -40,9 +41,10 @@ class Turn:
     history: list[dict[str, Any]] = field(default_factory=list)
     new_items: list[dict[str, Any]] = field(default_factory=list)
     appended: list[dict[str, Any]] = field(default_factory=list)  # appended rollouts: earlier segments
+    appending: list[dict[str, Any]] = field(default_factory=list)  # ... input accepted, not yet rendered
     settled: int = 0  # outputs already moved into ``appended``
     source: str = "none"
-    buffer: TokenBuffer | None = None
+    buffer: TokenBuffer | None = None  # this turn's rendering, and its hasher: see labkit.server.render_cache
     hasher: PrefixHasher | None = None
     model: ModelSpec | None = None
     replica: Replica | None = None
@@ -89,6 +91,29 @@ class Turn:
 
     def conversation(self) -> list[dict[str, Any]]:
         return self.items + self.unsettled()[0]
+
+    def next_actions(self) -> list[Action]:
+        """What the policy has the model do next, given the conversation so far."""
+        assert self.req is not None and self.policy is not None
+        context = TurnContext(
+            items=self.conversation(),
+            tools=self.req.tools,
+            tool_choice=self.req.tool_choice_wire,
+            max_output_tokens=self.req.max_output_tokens,
+        )
+        return self.policy.act(context)
+
+    def take_appending(self) -> list[dict[str, Any]]:
+        """The input accepted for the next segment, now part of ``items`` (after the outputs it answers)."""
+        taken, self.appending = self.appending, []
+        self.appended += taken
+        return taken
+
+    def left_behind(self) -> Conversation:
+        """What a finished response leaves for the next on its connection: the connection cache's
+        entry (its rendering's rules: ``labkit.server.render_cache``)."""
+        assert self.buffer is not None and self.model is not None and self.replica is not None
+        return Conversation(self.response, self.items, self.buffer, self.model, self.replica, self.hasher)
 
     @property
     def cache_hit(self) -> bool:

@@ -10,24 +10,14 @@ With the ``appended`` design (labkit extension), one ``response.create``
 starts a whole rollout as one response: it pauses with ``response.done`` at
 each function call and resumes on the client's ``response.append``.
 
-Lanes: a ``stream_id`` names a lane; responses on one lane run in order,
-lanes run concurrently. Without ``stream_id`` every create goes to the
-default lane, which makes the connection strictly sequential: a create that
-arrives while one is running waits its turn.
-
-A connection holds a bounded amount for its client: at most ``MAX_LANES`` lanes,
-``MAX_IN_FLIGHT`` responses running, and ``max_queued`` creates (and
-``max_queued_bytes`` of their frames) waiting; a create past those is answered with
-an error event (``websocket_queue_full``), never held. Whatever a frame holds, the
-worst it gets is an error event: the socket stays open and every lane keeps serving.
-
-Events go out through the connection's ``Outbox``: a response queues them and goes on
-decoding, and one writer task hands them to the socket, the only task that waits for a
-client that reads slowly. So a client that stops reading holds its own events, never an
-engine slot. Past ``max_unread_bytes`` unread (``labkit serve --max-unread-bytes``) its
-responses are cut (failed, not stored, the reason in their traces) and the connection
-closes with 1008 ``client too slow: N bytes unread``; if the client has not answered the close
-within ``CLOSE_GRACE_S`` (it waits behind what the client has not read), the connection is dropped.
+Lanes (``labkit.server.lanes``): a ``stream_id`` names a lane; responses on one lane run
+in order, lanes run concurrently. A connection holds a bounded amount for its client: at
+most ``MAX_LANES`` lanes, ``MAX_IN_FLIGHT`` responses running, and ``max_queued``
+creates (and ``max_queued_bytes`` of their frames) waiting; a create past those is
+answered with an error event (``websocket_queue_full``), never held. Whatever a frame
+holds, the worst it gets is an error event: the socket stays open and every lane keeps
+serving. Events leave through one writer, which cuts a client that reads too slowly
+(``labkit.server.ws_writer``).
 """
 
 from __future__ import annotations
@@ -35,8 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -47,51 +35,22 @@ from labkit.api import safejson
 from labkit.api.errors import APIError, as_api_error, invalid_request, rate_limited, server_error
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
-from labkit.api.requests import parse_item
-from labkit.api.sse import encode_event
 from labkit.designs import Design, select_design
 from labkit.engine.inference import Replica
 from labkit.server.appended import respond_appended
 from labkit.server.auth import KeyLimiter
-from labkit.server.network import drop_if_stuck, transport_of
-from labkit.server.outbox import Outbox, SlowReader
+from labkit.server.lanes import MAX_IN_FLIGHT, MAX_LANES, Lane, check_stream_id, queue_append
+from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.responder import cut, prepare, respond
 from labkit.server.traces import Span, Trace
-from labkit.server.turn import Conversation, Turn
+from labkit.server.turn import Turn
+from labkit.server.ws_writer import ConnectionWriter, close
 
-STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
-MAX_LANES = 32
-MAX_IN_FLIGHT = 16
 DEFAULT_LIFETIME_S = 60 * 60
 DEFAULT_MAX_QUEUED = limits.MAX_QUEUED_CREATES  # ``labkit serve --max-queued-creates``
 DEFAULT_MAX_QUEUED_BYTES = limits.MAX_QUEUED_BYTES
 DEFAULT_MAX_UNREAD_BYTES = limits.MAX_UNREAD_BYTES  # ``labkit serve --max-unread-bytes``
-TOO_SLOW = 1008  # the close code for a client that left too much unread (policy violation)
-CLOSE_GRACE_S = 2.0  # how long a close frame may wait for the client before the connection drops
-
-
-def check_stream_id(stream_id: Any) -> None:
-    """Refuse a ``stream_id`` that is not a lane's name (``None`` is the default lane)."""
-    if stream_id is not None and not (isinstance(stream_id, str) and STREAM_ID.fullmatch(stream_id)):
-        raise invalid_request(
-            "Invalid 'stream_id': use 1 to 256 characters from A-Z, a-z, 0-9, '_', '.', '-'.",
-            param="stream_id",
-            code="invalid_stream_id",
-        )
-
-
-@dataclass
-class Lane:
-    stream_id: str | None
-    # Each create: its body, its frame's size, and whether it waits behind another on this lane.
-    queue: asyncio.Queue[tuple[dict[str, Any], int, bool]] = field(default_factory=asyncio.Queue)
-    busy: bool = False  # a response of this lane is running (or waiting for a slot)
-    appends: asyncio.Queue[list[Any]] = field(default_factory=asyncio.Queue)
-    in_rollout: bool = False  # an appended rollout is running and takes response.append
-    rollout_id: str | None = None  # ... the id of that rollout's response
-    cache: Conversation | None = None
-    worker: asyncio.Task[None] | None = None
 
 
 class WebSocketSession:
@@ -117,10 +76,7 @@ class WebSocketSession:
         self.setup = list(setup or [])  # connection set-up spans, reported with the first response
         self.replica: Replica | None = None  # the connection is pinned to one replica
         self.lanes: dict[str | None, Lane] = {}
-        self.outbox: Outbox[str] = Outbox(max_unread_bytes, on_overflow=self._cut)
-        self.slow: SlowReader | None = None  # set once the client left too much unread
-        self.writer: asyncio.Task[None] | None = None
-        self.closer: asyncio.Task[None] | None = None
+        self.writer = ConnectionWriter(ws, max_unread_bytes, on_cut=self._cut)
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.max_queued = max_queued
         self.max_queued_bytes = max_queued_bytes
@@ -128,9 +84,14 @@ class WebSocketSession:
         self.queued_bytes = 0  # the frames of every create not started yet
         self.limits = limits or KeyLimiter()
 
+    @property
+    def slow(self) -> SlowReader | None:
+        """Set once the client left too much unread: the connection is being cut."""
+        return self.writer.slow
+
     async def run(self) -> None:
         expiry = asyncio.create_task(self._expire())
-        writer = self.writer = asyncio.create_task(self._write())
+        self.writer.start()
         try:
             while True:
                 message = await self.ws.receive()
@@ -155,13 +116,11 @@ class WebSocketSession:
             pass
         finally:
             expiry.cancel()
-            writer.cancel()
+            self.writer.cancel()
             for lane in self.lanes.values():
                 if lane.worker is not None:
                     lane.worker.cancel()
-            if self.closer is not None:  # done by now, or within its grace
-                with contextlib.suppress(Exception):
-                    await self.closer
+            await self.writer.closed()
 
     async def _expire(self) -> None:
         await asyncio.sleep(self.lifetime_s)
@@ -172,37 +131,19 @@ class WebSocketSession:
         )
         with contextlib.suppress(SlowReader):  # a connection being cut closes anyway
             await self.send(err.ws_event())
-            self.outbox.end()  # the writer closes (1000) after this last event
+            self.writer.end()  # the writer closes (1000) after this last event
 
     async def send(self, event: Event, stream_id: str | None = None) -> None:
         """Queue an event for the writer, without waiting for the socket (``SlowReader`` past
         the bound). Never suspends: every delta comes this way."""
-        if stream_id is not None:
-            event = {**event, "stream_id": stream_id}
-        self.outbox.put(encode_event(event))
-
-    async def _write(self) -> None:
-        """The one task that waits for the client: the outbox's events to the socket, in order."""
-        try:
-            async for text in self.outbox:
-                await self.ws.send_text(text)
-        except SlowReader:
-            return  # the cut closes the connection (``_cut``)
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            self.outbox.end()  # the client has gone (``run`` sees it): nothing more is queued
-            return
-        await close(self.ws, 1000)  # ended: the connection's lifetime is over
+        self.writer.put(event, stream_id)
 
     def _cut(self, slow: SlowReader) -> None:
-        """Past the bound: every response of the connection ends now, its engine slot freed, and
-        the connection closes with the reason (the outbox has dropped the unread events)."""
-        self.slow = slow
+        """The client left too much unread: every response of the connection ends now, its
+        engine slot freed (the writer then closes the connection with the reason)."""
         for lane in self.lanes.values():
             if lane.worker is not None:
                 lane.worker.cancel()  # each records its cut (``_respond``)
-        if self.writer is not None:
-            self.writer.cancel()  # it may be waiting for the socket, which the client does not read
-        self.closer = asyncio.create_task(close(self.ws, TOO_SLOW, slow.reason, cut=True))
 
     async def dispatch(self, frame: str | bytes) -> None:
         """Route one client frame; a bad frame gets an error event, never a closed socket."""
@@ -240,36 +181,11 @@ class WebSocketSession:
                 self.queued, self.queued_bytes = self.queued + behind, self.queued_bytes + size
                 lane.queue.put_nowait((body, size, behind))
             elif kind == "response.append" and self.design.appended:
-                await self.append(payload)
+                queue_append(self.lanes, payload, self.max_queued)
             else:
                 raise invalid_request(f"Unsupported event type '{kind}'.", param="type", code="unknown_event")
         except APIError as err:
             await self.send(err.ws_event())
-
-    async def append(self, payload: dict[str, Any]) -> None:
-        """labkit extension: tool results for the appended rollout paused on this lane."""
-        stream_id = payload.get("stream_id")
-        check_stream_id(stream_id)  # a lane key: a list or an object would not even hash
-        lane = self.lanes.get(stream_id)
-        if lane is None or not lane.in_rollout:
-            raise invalid_request("No response on this connection is waiting for response.append.")
-        if payload.get("response_id") != lane.rollout_id:
-            raise invalid_request(
-                f"Response '{payload.get('response_id')}' is not waiting for response.append on this "
-                f"stream; '{lane.rollout_id}' is.",
-                param="response_id",
-            )
-        items = payload.get("input")
-        if not isinstance(items, list):
-            raise invalid_request("'input' of response.append must be a list of items.", param="input")
-        for i, item in enumerate(items):
-            parse_item(item, f"input[{i}]")  # refuse bad items now; the rollout keeps waiting
-        if lane.appends.qsize() >= self.max_queued:  # appends sent ahead are kept, up to a point
-            raise rate_limited(
-                f"Too many appends waiting on this stream (at most {self.max_queued}).",
-                code="websocket_queue_full",
-            )
-        lane.appends.put_nowait(items)
 
     def lane(self, stream_id: Any) -> Lane:
         check_stream_id(stream_id)
@@ -308,16 +224,13 @@ class WebSocketSession:
 
     async def respond(self, lane: Lane, body: dict[str, Any]) -> None:
         """Run one response on a lane, using and then replacing the lane's cached conversation."""
-        try:
-            hold = self.limits.request(self.owner)
-            hold.__enter__()
-        except APIError as err:  # past the key's cap: refused before it starts, the cache kept
-            await self.send(err.ws_event(), lane.stream_id)
-            return
-        try:
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self.limits.request(self.owner))
+            except APIError as err:  # past the key's cap: refused before it starts, the cache kept
+                await self.send(err.ws_event(), lane.stream_id)
+                return
             await self._respond(lane, body)
-        finally:
-            hold.__exit__(None, None, None)
 
     async def _respond(self, lane: Lane, body: dict[str, Any]) -> None:
         previous = body.get("previous_response_id")
@@ -335,6 +248,8 @@ class WebSocketSession:
                 )
             await self.pipeline.uplink(turn.trace)
             await prepare(self.pipeline, turn, body)
+            # The lane's connection cache is replaced only here, by a finished response (its
+            # rendering's rules: labkit.server.render_cache).
             if self.design.appended:
                 lane.in_rollout, lane.rollout_id = True, turn.response["id"]
                 lane.cache = await respond_appended(self.pipeline, turn, emit, lane.appends.get)
@@ -381,12 +296,15 @@ async def websocket_endpoint(ws: WebSocket) -> None:
         # A query string decodes "+" as a space, and a design spec has no spaces: read them back.
         query = (ws.query_params.get(DESIGN_QUERY) or "").replace(" ", "+")
         design = select_design(ws.headers.get(DESIGN_HEADER) or query, state.ws_design)
-        hold = limits.connection(owner)
-        hold.__enter__()  # past the key's cap of open connections: a 429
     except APIError as err:
         await deny(ws, err)
         return
-    try:
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(limits.connection(owner))  # past the key's cap of open connections: a 429
+        except APIError as err:
+            await deny(ws, err)
+            return
         await ws.accept()
         session = WebSocketSession(
             ws,
@@ -404,22 +322,3 @@ async def websocket_endpoint(ws: WebSocket) -> None:
             await session.run()
         except Exception:  # never drop the TCP connection without a close frame
             await close(ws, 1011)
-    finally:
-        hold.__exit__(None, None, None)
-
-
-async def close(ws: WebSocket, code: int, reason: str = "", *, cut: bool = False) -> None:
-    """Close with ``code``; if the close frame cannot go out within ``CLOSE_GRACE_S`` (it waits
-    behind what the client has not read), drop the connection instead. A ``cut`` connection is
-    also dropped if, that long after its close frame, the client has not answered it."""
-    transport = transport_of((ws.client.host, ws.client.port) if ws.client else None)
-    try:
-        await asyncio.wait_for(ws.close(code=code, reason=reason), CLOSE_GRACE_S)
-    except TimeoutError:
-        drop_if_stuck(transport)
-        return
-    except Exception:  # closed already, or gone
-        return
-    if cut:  # a client too slow to read may never take the close frame it was given
-        await asyncio.sleep(CLOSE_GRACE_S)
-        drop_if_stuck(transport, closing=True)

@@ -1,0 +1,122 @@
+"""The stages after inference: what the API service does with the output the model sampled.
+
+    output_safety the classifier over the new output
+    retain        the conversation's KV and rendering kept for the next turn
+    storage       the response and its items into SQLite (store=true)
+    billing       one ledger row, blocking or overlapped with the next request
+
+They are methods of ``labkit.server.pipeline.Pipeline``, which holds the resources they use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from labkit.api.stages import Stage
+from labkit.engine import timing
+from labkit.engine.prefix_cache import CacheWork
+from labkit.engine.render import content_text
+from labkit.server.billing import Billing, Charge
+from labkit.server.offload import off_loop_if_large
+from labkit.server.profiles import Profile
+from labkit.server.render_cache import Renderings
+from labkit.server.safety import scan
+from labkit.server.store import ResponseStore
+from labkit.server.turn import Turn
+
+
+class PostInference:
+    """The stages after inference (see the module's docstring)."""
+
+    profile: Profile
+    store: ResponseStore
+    renderings: Renderings
+    billing: Billing
+
+    async def output_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
+        """Scan the output's text; its tokens are the ones the model sampled (not tokenized again)."""
+        with turn.trace.stage(Stage.OUTPUT_SAFETY) as span:
+            texts = [
+                content_text(i.get("content")) if i["type"] == "message" else i["arguments"] for i in items
+            ]
+            sampled = sum(map(len, turn.output_ids))
+            result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts, tokens=sampled)
+            span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
+            await timing.sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+
+    def settle(self, turn: Turn) -> int:
+        """Append the outputs sampled since the last settle to the rendered buffer (headers only)."""
+        assert turn.buffer is not None
+        outputs, ids = turn.unsettled()
+        added = sum(
+            turn.buffer.append_sampled(item, sampled) for item, sampled in zip(outputs, ids, strict=True)
+        )
+        turn.appended += outputs
+        turn.settled = len(turn.response["output"])
+        return added
+
+    def retain(self, turn: Turn) -> None:
+        """Settle the outputs and keep the whole conversation's KV (and rendering) for next time.
+
+        Proportional to what this turn added: the prefix cache hashes the blocks after the
+        buffer's known keys, and the render cache (``Renderings.keep``) keeps a view of the
+        buffer (no copy), its running hash reading only the items it has not read yet.
+        """
+        buffer = turn.buffer
+        assert buffer is not None and turn.replica is not None
+        with turn.trace.stage(Stage.RETAIN) as span:
+            copied = buffer.copied
+            span.tokens = self.settle(turn)
+            work = CacheWork()
+            buffer.add_block_keys(turn.replica.retain(buffer.ids, buffer.block_keys, work))
+            hashed = self.renderings.keep(turn)
+            span.detail.update(
+                hashed_blocks=work.hashed_blocks,
+                touched_blocks=work.touched_blocks,
+                copied_ids=buffer.copied - copied,
+                hashed_items=hashed,
+            )
+
+    def storage(self, turn: Turn) -> None:
+        req = turn.req
+        assert req is not None
+        if not req.store:
+            return
+        with turn.trace.stage(Stage.STORAGE) as span:
+            output = turn.response["output"]
+            # An appended rollout's tool results are inputs too (stored after the first input).
+            inputs = turn.new_items + [i for i in turn.appended if i not in output]
+            parent = req.previous_response_id
+            if parent and turn.cache_hit and not self.store.has(turn.owner, parent):
+                # The history came from an unstored response: store it whole, so it is not lost.
+                inputs, parent = turn.history + inputs, None
+            self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
+            span.items = len(inputs) + len(output)
+
+    def charge(self, turn: Turn, status: str) -> Charge:
+        turn.billed = True
+        return Charge(
+            turn.response["id"],
+            turn.owner,
+            turn.response["model"],
+            turn.prompt_tokens,
+            turn.cached_tokens,
+            turn.produced,
+            status,
+        )
+
+    async def bill(self, turn: Turn, status: str) -> None:
+        """Blocking billing waits for the service; overlapped billing only queues the charge."""
+        overlapped = turn.plan[Stage.BILLING].overlapped
+        with turn.trace.stage(Stage.BILLING, overlapped=overlapped):
+            charge = self.charge(turn, status)
+            if overlapped:
+                self.billing.charge_later(charge)
+            else:
+                await self.billing.charge(charge)
+
+    def bill_if_abandoned(self, turn: Turn) -> None:
+        """A response that ended early (an error, a disconnect) still pays for its prompt."""
+        if not turn.billed and turn.prompt_tokens:
+            self.billing.charge_later(self.charge(turn, "cancelled"))

@@ -1,0 +1,174 @@
+"""The stages before inference: what the API service does with a request before the model sees it.
+
+    validation    what the client sent, checked whole: a create's body (or a compaction's,
+                  or the items an appended rollout was sent)
+    hydration     the conversation so far: from the connection cache or the SQLite store
+    input_safety  the classifier over the input it has not seen before
+    render        chat template + tokenization, skipped for what a cache already holds
+    routing       model configuration and the choice of a replica
+    intermediary  the hop through an intermediary service, where the design keeps it
+
+Any of them may refuse the request with an ``APIError``, before any event is sent. They
+are methods of ``labkit.server.pipeline.Pipeline``, which holds the resources they use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
+from labkit.api.ids import new_id, new_item_id
+from labkit.api.requests import check_new_items, parse_create, stored_form
+from labkit.api.responses import new_response
+from labkit.api.stages import Stage
+from labkit.designs import Over, Runs
+from labkit.engine import timing
+from labkit.engine.catalogue import UnknownModel
+from labkit.server.offload import off_loop_if_large
+from labkit.server.profiles import Profile
+from labkit.server.render_cache import Renderings, append_rendered
+from labkit.server.routing import Router
+from labkit.server.safety import classifier_texts, scan
+from labkit.server.scripts import ScriptLibrary
+from labkit.server.store import ResponseStore
+from labkit.server.traces import TraceStore
+from labkit.server.turn import Turn
+
+Item = dict[str, Any]
+# Reads what a client sent onto the turn (raising ``APIError`` if it is not valid); returns its items.
+Accept = Callable[[Turn, Any], Sequence[Item]]
+
+
+def accept_create(turn: Turn, body: Any) -> list[Item]:
+    """A create's body: the turn's request.
+
+    >>> from labkit.designs import SPRINT
+    >>> turn = Turn(design=SPRINT, owner="key_a")
+    >>> len(accept_create(turn, {"model": "labkit-spark", "input": "Hi"})), turn.req.model
+    (1, 'labkit-spark')
+    """
+    turn.req = parse_create(body)
+    if turn.req.background:
+        raise invalid_request("labkit does not run background responses.", param="background")
+    return turn.req.items
+
+
+class PreInference:
+    """The stages before inference (see the module's docstring)."""
+
+    profile: Profile
+    store: ResponseStore
+    router: Router
+    renderings: Renderings
+    scripts: ScriptLibrary
+    traces: TraceStore
+
+    settle: Callable[[Turn], int]  # the outputs onto the buffer: with the stages after inference
+
+    def validate(self, turn: Turn, body: Any, accept: Accept = accept_create) -> None:
+        """Check what the client sent, all of it: ``accept`` reads it onto the turn."""
+        with turn.trace.stage(Stage.VALIDATION) as span:
+            span.items = len(accept(turn, body))
+
+    def hydrate(self, turn: Turn) -> None:
+        req = turn.req
+        assert req is not None
+        with turn.trace.stage(Stage.HYDRATION) as span:
+            prev = req.previous_response_id
+            cached = turn.cached if turn.design.connection_cache else None
+            if prev is None:
+                turn.history, turn.source = [], "none"
+            elif cached is not None and cached.response["id"] == prev:
+                turn.history, turn.source = cached.items, "connection_cache"
+            else:
+                items = self.store.conversation(turn.owner, prev)
+                if items is None:
+                    raise previous_response_not_found(prev)
+                turn.history, turn.source = items, "store"
+            turn.new_items = self.resolve_references(req.items, turn.owner)
+            # Needs the history: a tool output must answer a call in it (or in the new items).
+            check_new_items(turn.history, turn.new_items, turn.owner)
+            span.items, span.detail["source"] = len(turn.history), turn.source
+
+    def resolve_references(self, items: list[Item], owner: str) -> list[Item]:
+        resolved = []
+        for i, item in enumerate(items):
+            if item.get("type") == "item_reference":
+                found = self.store.find_item(owner, item["id"])
+                if found is None:
+                    raise invalid_request(
+                        f"Item with id '{item['id']}' not found.",
+                        param=f"input[{i}].id",
+                        code="item_not_found",
+                    )
+                item = found
+            else:
+                item = stored_form({"id": new_item_id(item["type"]), **item} if "id" not in item else item)
+            resolved.append(item)
+        return resolved
+
+    def unseen_input(self, turn: Turn) -> list[Item]:
+        """What the input classifier must read: per the plan, the whole history or only the new
+        items (when the connection cache vouches for the rest)."""
+        if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.cache_hit:
+            return turn.new_items
+        return turn.items
+
+    async def input_safety(self, turn: Turn, items: Sequence[Item]) -> None:
+        """Scan the items for real, then spend the modeled classifier time for what was scanned."""
+        with turn.trace.stage(Stage.INPUT_SAFETY) as span:
+            texts = classifier_texts(items)
+            result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts)
+            span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
+            await timing.sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+
+    async def render(self, turn: Turn) -> None:
+        """Tokenize only what no cache holds (``labkit.server.render_cache``). An appended rollout
+        that resumes goes on with its own buffer: the outputs it paused on, then what was appended."""
+        with turn.trace.stage(Stage.RENDER) as span:
+            if turn.buffer is None:
+                buffer, todo = await self.renderings.start(turn, span)
+                encoded = copied = 0  # a new buffer (or a fork) counts its work from zero
+            else:
+                buffer, encoded, copied = turn.buffer, turn.buffer.encoded, turn.buffer.copied
+                self.settle(turn)
+                todo, span.detail["cache"] = turn.take_appending(), "response"
+            await append_rendered(buffer, todo, span)
+            turn.buffer = buffer
+            span.items, span.tokens = len(todo), buffer.encoded - encoded
+            span.detail["prompt_tokens"] = len(buffer)
+            span.detail["copied_ids"] = buffer.copied - copied
+
+    async def route(self, turn: Turn) -> None:
+        req = turn.req
+        assert req is not None
+        with turn.trace.stage(Stage.ROUTING) as span:
+            cached = turn.cached if turn.cache_hit else None
+            if cached is not None and cached.model.name == req.model:
+                turn.model, turn.replica, span.detail["reused"] = cached.model, cached.replica, True
+                return
+            model = self.router.cached_config(req.model) if turn.design.model_config_cache else None
+            span.detail["config_cache"] = model is not None
+            if model is None:
+                await timing.sleep(self.profile.routing.model_config_hop_ms / 1000)
+                try:
+                    model = self.router.fetch_config(req.model)
+                except UnknownModel as exc:
+                    raise model_not_found(str(exc)) from None
+            turn.model = model
+            turn.replica = turn.pinned or self.router.pick(req.prompt_cache_key, turn.owner)
+            span.detail["replica"] = turn.replica.name
+
+    async def intermediary(self, turn: Turn) -> None:
+        if turn.plan[Stage.INTERMEDIARY].runs is not Runs.NEVER:
+            with turn.trace.stage(Stage.INTERMEDIARY):
+                await timing.sleep(self.profile.intermediary.hop_ms / 1000)
+
+    def open_response(self, turn: Turn) -> None:
+        """The Response object this turn will stream, and the policy that decides its output."""
+        assert turn.req is not None and turn.model is not None
+        turn.policy = self.scripts.policy_for(turn.req.metadata)
+        turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
+        # Kept from now on, so a response's spans can be read while it runs (an appended rollout).
+        self.traces.put(turn.owner, turn.response["id"], turn.trace)

@@ -95,9 +95,9 @@ def replay(
 ) -> ReplayResult:
     """Replay a recorded session through every design at every speed (``ReplayError`` if unreadable).
 
-    result = replay(Path("data/replays/codex-websocket.jsonl"), tps=(1000,))
-    result.table        # one row per speed and design, as ``labkit compare`` prints
-    result.recorded     # the file's own turns and token counts
+        result = replay(Path("data/replays/codex-websocket.jsonl"), tps=(1000,))
+        result.table        # one row per speed and design, as ``labkit compare`` prints
+        result.recorded     # the file's own turns and token counts
     """
     with tempfile.TemporaryDirectory(prefix="labkit-replay-") as tmp:
         recording = load_replay(Path(source), Path(tmp))

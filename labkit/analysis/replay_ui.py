@@ -183,6 +183,13 @@ class ReplayLab:
             control.disabled = not on
         self.path.disabled = not on or self.recording.value != OWN
 
+    @property
+    def compared(self) -> pd.DataFrame | None:
+        """The last measurement beside the prediction, per speed and design (None until measured)."""
+        if self.measured is None or self.measured_at != (self.source, self.tps):
+            return None
+        return comparison_table(self.priced, self.measured)
+
     def wait(self, timeout: float = 300.0) -> None:
         """Block until a measurement started by the button has finished (outside an event loop)."""
         self.task.wait(timeout)

@@ -524,7 +524,8 @@ def profile_text(fit: ArticleFit) -> str:
         "# file and fit again rather than editing the numbers here. Every number is still an",
         "# INPUT to the simulation: what a design saves is never written here.",
         "#",
-        "# What the fit reached (the cost model's outcome for this profile, against each figure):",
+        "# What the fit reached: the cost model's outcome for this profile (its measured error",
+        "# included), against each figure:",
     ]
     for figure, row in fit.residuals.iterrows():
         lines.append(

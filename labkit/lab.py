@@ -30,7 +30,10 @@ The names, grouped:
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
 - what-ifs: ``whatif`` (settings in, DataFrames out), ``what_if_lab`` (its widgets),
-  ``replay`` (a recorded agent session, Codex CLI or a transcript, through every design)
+  ``replay`` (a recorded agent session, Codex CLI or a transcript, through every design),
+  ``replay_lab`` (its widgets: a recording priced at once, measured on a button)
+- the inverse what-if: ``article_fit`` (the service's unknown delays fitted to the articles'
+  figures: residuals, what the figures cannot pin down, the fitted profile)
 - the server's traces, live: ``watch_traces`` (into a live plot), ``TraceWatcher``
 - the stage names and buckets: ``Stage``, ``bucket_of``
 """
@@ -71,6 +74,8 @@ from labkit.server.profiles import DEFAULT_PROFILE, Profile, load_profile
 if TYPE_CHECKING:
     import pandas as pd
 
+    from labkit.analysis.article_fit import ArticleFit
+    from labkit.analysis.replay_ui import ReplayLab
     from labkit.analysis.whatif_ui import WhatIfLab
 
 __all__ = [
@@ -88,6 +93,7 @@ __all__ = [
     "TraceWatcher",
     "TurnRecord",
     "about",
+    "article_fit",
     "bucket_of",
     "check_guess",
     "compare",
@@ -102,6 +108,7 @@ __all__ = [
     "profile",
     "repeat",
     "replay",
+    "replay_lab",
     "scenario",
     "server",
     "shape",
@@ -269,6 +276,36 @@ def what_if_lab(settings: whatif.Settings | None = None) -> WhatIfLab:
     from labkit.analysis.whatif_ui import WhatIfLab
 
     return WhatIfLab(settings, cpu=cpu_costs())
+
+
+def replay_lab() -> ReplayLab:
+    """The what-if lab's replay section: a recorded session (one of ``data/replays/``, or a path
+    of your own) priced for every design and speed at once, measured on a button.
+
+        replay_ui = replay_lab()
+        display(replay_ui.widget)
+    """
+    from labkit.analysis.replay_ui import ReplayLab
+
+    return ReplayLab(cpu=cpu_costs())
+
+
+def article_fit(**changes: Any) -> ArticleFit:
+    """The profile's unknown delays fitted to the articles' figures (``labkit fit`` in Python).
+
+    ``changes`` replace fields of the fit's inputs (``data/fits/articles.toml``), e.g.
+    ``scenario="synthetic:turns=19,output_tokens=150"`` or ``figures=...``.
+
+        fit = article_fit()
+        fit.residuals      # per figure: the article's value, the fitted outcome, the miss
+        fit.parameters     # per unknown: prior, bounds, fitted, sensitivities, how far it is pinned
+        fit.profile        # the fitted Profile; profile_text(fit) is the file labkit fit writes
+    """
+    from dataclasses import replace
+
+    from labkit.analysis.article_fit import fit_articles, read_inputs
+
+    return fit_articles(replace(read_inputs(), **changes))
 
 
 def watch_traces(base_url: str, api_key: str, plot: LivePlot | None = None, keep: int = 30) -> TraceWatcher:

@@ -70,7 +70,7 @@ def normalized_requirement(requirement: str) -> str:
 
 
 # The notebook front end's own modules: they may import what the [notebooks] extra adds.
-FRONT_END = {"labkit/analysis/whatif_ui.py", "labkit/analysis/frontend.py"}
+FRONT_END = {"labkit/analysis/whatif_ui.py", "labkit/analysis/replay_ui.py", "labkit/analysis/frontend.py"}
 
 
 def third_party_imports(package_dir: Path) -> dict[str, set[str]]:

@@ -19,7 +19,7 @@ from typing import Any
 from labkit.analysis.metrics import summary
 from labkit.client.agent import Rollout
 from labkit.designs import DESIGNS
-from labkit.engine.catalogue import Catalogue, load_catalogue
+from labkit.engine.catalogue import Catalogue, ModelSpec, load_catalogue
 from labkit.paths import default_data_dir
 from labkit.scenarios import Scenario, load_scenario, synthetic
 from labkit.server.handle import LabkitServer
@@ -49,17 +49,25 @@ def models_for(tps_values: Sequence[float], catalogue: Catalogue) -> tuple[dict[
     Returns the names and the TOML text that defines the added ones ("" if none).
     """
     names, toml = {}, []
-    specs = list(catalogue.models.values())
     for tps in dict.fromkeys(tps_values):
-        exact = [s for s in specs if s.decode_tps == tps]
-        if exact:
-            names[tps] = exact[0].name
+        nearest = model_near(tps, catalogue)
+        if nearest.decode_tps == tps:
+            names[tps] = nearest.name
             continue
-        nearest = min(specs, key=lambda s: abs(s.decode_tps - tps))
         name = f"labkit-tps-{_plain(tps)}"
         names[tps] = name
         toml.append(f'[models."{name}"]\ndecode_tps = {tps}\nprefill_tps = {nearest.prefill_tps}\n')
     return names, "\n".join(toml)
+
+
+def model_near(tps: float, catalogue: Catalogue) -> ModelSpec:
+    """The catalogue model with this decode speed, else the one nearest to it (an added model
+    takes its prefill speed).
+
+    >>> model_near(1000, load_catalogue()).name, model_near(300, load_catalogue()).name
+    ('labkit-spark', 'labkit-classic')
+    """
+    return min(catalogue.models.values(), key=lambda s: abs(s.decode_tps - tps))
 
 
 def _plain(number: float) -> str:

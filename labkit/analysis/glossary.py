@@ -83,6 +83,20 @@ IDEAS: dict[str, tuple[str, str]] = {
         "measure",
         "The API service's part of end to end (a turn's wall time less inference and the client).",
     ),
+    "baseline": (
+        "idea",
+        "The design a saving is measured against: naive (before any work) or sprint (the HTTP API "
+        "after the sprint).",
+    ),
+    "prior": (
+        "idea",
+        "In a fit, what an unknown is taken to be before the figures are read: a value, and how far "
+        "the fit may move it.",
+    ),
+    "residual": (
+        "measure",
+        "In a fit, how far the fitted outcome lands from a published figure, in percentage points.",
+    ),
 }
 
 

@@ -7,6 +7,9 @@ scenario, on a server that finds the replay's steps there.
     result = replay(Path("data/replays/codex-websocket.jsonl"), tps=(65, 1000))
     result.table        # one row per (speed, design), as `labkit compare` has them
     result.recorded     # one row per recorded turn: its calls, tool-output sizes and usage
+
+``price`` answers the same question at once, from the cost model: the recording's shape
+(``Shape.of`` on the replay scenario) priced for every design at every speed.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit.analysis.compare import Row, compare, rows_json
+from labkit.analysis.compare import Row, compare, model_near, rows_json
+from labkit.analysis.cost_model import CpuCosts, Shape, predict
 from labkit.designs import DESIGNS
-from labkit.paths import DATA_ENV
+from labkit.engine.catalogue import load_catalogue
+from labkit.paths import DATA_ENV, builtin_data_dir, default_data_dir
 from labkit.scenarios.replay import Replay, load_replay
-from labkit.server.profiles import DEFAULT_PROFILE
+from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 
 DEFAULT_REPLAY_TPS = (65, 1000)
+REPLAYS = builtin_data_dir() / "replays"  # the recorded sessions labkit ships
 # A replayed session resends what it recorded: real histories outgrow the room-sized defaults.
 BODY_LIMIT = str(256 * 1024 * 1024)
 
@@ -108,3 +114,68 @@ def replay(
             server_env={DATA_ENV: tmp},
         )
     return ReplayResult(recording, rows)
+
+
+# ---------------------------------------------------------------- the cost model's answer, at once
+
+
+class CannotPrice(ValueError):
+    """A recording the cost model cannot price turn for turn (one line): it can still be measured."""
+
+
+@dataclass
+class PricedReplay:
+    """What the cost model predicts for a recording: ``table`` has ``replay``'s columns."""
+
+    replay: Replay
+    table: pd.DataFrame
+
+
+def price(
+    source: Path,
+    *,
+    cpu: CpuCosts,
+    tps: Sequence[float] = DEFAULT_REPLAY_TPS,
+    designs: Sequence[str] = tuple(DESIGNS),
+    profile: str = DEFAULT_PROFILE,
+) -> PricedReplay:
+    """The cost model's table for a recording, in well under a second: one row per (speed,
+    design) with ``e2e_s``, ``ttft_mean_s``, ``speedup_vs_naive`` and ``ttft_cut_vs_naive``,
+    as ``replay(...).table`` has them. Speeds take the prefill speed of the nearest catalogue
+    model, as ``labkit replay`` does. ``ReplayError`` if the file cannot be replayed,
+    ``CannotPrice`` if the model cannot price it turn for turn.
+
+    >>> priced = price(REPLAYS / "codex-websocket.jsonl", cpu=CpuCosts(), tps=(1000,))
+    >>> list(priced.table["design"]), len(priced.replay.turns)
+    (['naive', 'sprint', 'websocket', 'appended'], 4)
+    """
+    with tempfile.TemporaryDirectory(prefix="labkit-replay-") as tmp:
+        recording = load_replay(Path(source), Path(tmp))
+        shape = Shape.of(recording.scenario)  # the recorded tool outputs are read back from tmp
+    turns = len(recording.turns) + recording.closing_turn
+    if len(shape.turns) != turns:  # Shape.of walks the policy's steps, one per call of a turn
+        raise CannotPrice(
+            f"the cost model counts {len(shape.turns)} turns for the recording's {turns} (it has "
+            "turns with parallel calls, which Shape.of prices as one turn per call): measure it instead"
+        )
+    catalogue, loaded = load_catalogue(), load_profile(profile, default_data_dir())
+    rows = []
+    for speed in tps:
+        prefill = model_near(speed, catalogue).prefill_tps
+        priced = {
+            d: predict(d, loaded, shape, decode_tps=speed, prefill_tps=prefill, cpu=cpu) for d in designs
+        }
+        base = priced.get("naive")
+        for design, costs in priced.items():
+            rows.append(
+                {
+                    "design": design,
+                    "tps": float(speed),
+                    "e2e_s": costs.end_to_end,
+                    "ttft_mean_s": costs.mean_ttft,
+                    "speedup_vs_naive": 1 - costs.end_to_end / base.end_to_end if base else float("nan"),
+                    "ttft_cut_vs_naive": 1 - costs.mean_ttft / base.mean_ttft if base else float("nan"),
+                    "turns": len(costs),
+                }
+            )
+    return PricedReplay(recording, pd.DataFrame(rows))

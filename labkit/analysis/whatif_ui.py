@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import math
 import textwrap
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, fields
@@ -33,6 +32,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from labkit.analysis import frontend, plots, whatif
+from labkit.analysis.background import Background
 from labkit.analysis.cost_model import CpuCosts
 from labkit.analysis.live import LivePlot, StaticFigure, static
 from labkit.analysis.tables import styled
@@ -132,8 +132,7 @@ class WhatIfLab:
         self.predicted: pd.DataFrame | None = None
         self.measured: pd.DataFrame | None = None
         self.measured_at: whatif.Settings | None = None
-        self.thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.task = Background("labkit-what-if")
         self._quiet = False  # while a preset sets several controls, redraw once at the end
 
         figures = self._draw()
@@ -210,7 +209,7 @@ class WhatIfLab:
 
     def _offer_measuring(self) -> None:
         """The button measures only a point a run can realise: not with a model-only control moved."""
-        if self.thread is not None and self.thread.is_alive():
+        if self.task.running:
             return
         moved = self.settings.model_only()
         self.measure_button.disabled = bool(moved)
@@ -224,38 +223,23 @@ class WhatIfLab:
 
     def measure(self) -> None:
         """Run the current point for real on a thread; the figures show the result when it ends."""
-        if self.thread is not None and self.thread.is_alive():
+        if self.task.running:
             return
         if self.settings.model_only():
             self._offer_measuring()
             return
-        try:
-            self._loop = asyncio.get_running_loop()  # the kernel's: widget updates go through it
-        except RuntimeError:
-            self._loop = None
         settings = self.settings
+
+        def progress(done: int, total: int, what: str) -> None:
+            self.task.in_main(lambda: self._progress(done, total, what))
+
+        def finished(measured: pd.DataFrame | None, error: Exception | None) -> None:
+            message = f"measuring failed: {error}" if error else "measured: diamonds on the bars"
+            self._finished(measured, settings, message)
+
         self._enable(False)
         self.progress.value, self.status.value = 0, "starting"
-        self.thread = threading.Thread(target=self._run, args=(settings,), name="labkit-what-if", daemon=True)
-        self.thread.start()
-
-    def _run(self, settings: whatif.Settings) -> None:
-        def progress(done: int, total: int, what: str) -> None:
-            self._in_main(lambda: self._progress(done, total, what))
-
-        try:
-            measured = self._measure(settings, progress=progress)
-        except Exception as exc:  # shown to the learner; the lab stays usable
-            message = f"measuring failed: {exc}"
-            self._in_main(lambda: self._finished(None, settings, message))
-        else:
-            self._in_main(lambda: self._finished(measured, settings, "measured: diamonds on the bars"))
-
-    def _in_main(self, work: Callable[[], None]) -> None:
-        if self._loop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(work)
-        else:
-            work()
+        self.task.start(lambda: self._measure(settings, progress=progress), finished)
 
     def _progress(self, done: int, total: int, what: str) -> None:
         self.progress.max, self.progress.value, self.status.value = total, done, what
@@ -275,8 +259,7 @@ class WhatIfLab:
 
     def wait(self, timeout: float = 120.0) -> None:
         """Block until a measurement started by the button has finished (outside an event loop)."""
-        if self.thread is not None:
-            self.thread.join(timeout)
+        self.task.wait(timeout)
 
     async def shown(self, timeout: float = 20.0) -> bool:
         """Wait (``await lab_ui.shown()``) until a browser has a view of each of the lab's figures,
@@ -305,11 +288,7 @@ class WhatIfLab:
 
     async def done(self, timeout: float = 120.0) -> None:
         """Wait in a notebook cell for the measurement to finish, the kernel serving the page."""
-        elapsed = 0.0
-        while self.thread is not None and self.thread.is_alive() and elapsed < timeout:
-            await asyncio.sleep(0.1)
-            elapsed += 0.1
-        await asyncio.sleep(0.1)  # the last widget updates, queued for this loop
+        await self.task.done(timeout)
 
 
 def _preset_of(settings: whatif.Settings) -> str:

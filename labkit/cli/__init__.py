@@ -27,6 +27,7 @@ from labkit.cli.checks import (
     speeds,
 )
 from labkit.cli.doctor import doctor_command
+from labkit.cli.fit import add_fit_parser
 from labkit.cli.replay import add_replay_parser
 from labkit.cli.serve import serve
 from labkit.designs import DESIGNS
@@ -261,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=compare_command, command_parser=c)
 
     add_replay_parser(sub, HelpFormatter)
+    add_fit_parser(sub, HelpFormatter)
 
     doctor_help = "check this machine is ready for the workshop: Python, install, notebooks, timer, CPU"
     d = sub.add_parser("doctor", help=doctor_help, description=doctor_help, formatter_class=HelpFormatter)

@@ -134,12 +134,21 @@ def python_path(given: str) -> str:
 def start_front_end(python: str, kind: str, port: int, log: Path) -> subprocess.Popen:
     """``jupyter notebook`` or ``jupyter lab`` on loopback, no token, serving notebooks/."""
     app, expose, _ = FRONT_ENDS[kind]
+    # Autosave off (it would write a run's outputs into notebooks/ after two minutes): a settings
+    # folder of the run's own ($JUPYTERLAB_SETTINGS_DIR, which both front ends read).
+    settings = log.parent / f"{kind}-settings"
+    plugin = settings / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings"
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text(json.dumps({"autosave": False}))
     cmd = [
         python, "-m", "jupyter", app, "--no-browser", f"--port={port}", "--ip=127.0.0.1",
         "--allow-root", "--IdentityProvider.token=", "--ServerApp.password=",
         expose, f"--ServerApp.root_dir={ROOT / 'notebooks'}",
     ]
-    process = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT / "notebooks")
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings)}
+    process = subprocess.Popen(
+        cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT / "notebooks", env=env
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

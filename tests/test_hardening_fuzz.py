@@ -322,7 +322,7 @@ def test_schema_check_and_example_value_never_fail_unexpectedly(schema: Any) -> 
     """Any value as ``parameters``: refused with an APIError, or rendered and answered, small."""
     from labkit.api.errors import APIError
     from labkit.api.tool_schema import check_schema
-    from labkit.engine.policies import example_value
+    from labkit.engine.arguments import example_value
     from labkit.engine.render import tool_namespace
 
     value = example_value(schema)  # the policy never fails, whatever it is given

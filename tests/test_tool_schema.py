@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from labkit.api.errors import APIError
 from labkit.api.tool_schema import JSON_TYPES, RULES, check_schema
+from labkit.engine.arguments import example_value
 
 PARAM = "tools[0].parameters"
 DRAFTS = (jsonschema.Draft202012Validator, jsonschema.Draft7Validator, jsonschema.Draft4Validator)
@@ -114,6 +115,7 @@ def test_a_number_a_float_cannot_hold_is_refused(number: float, keyword: str) ->
     schema = {"type": "object", "properties": {"n": {"type": "number", keyword: number}}}
     err = refusal(schema)
     assert err is not None and err.param == f"{PARAM}.properties.n.{keyword}"
+    assert example_value(schema) == {"n": 0}  # the policy, given it anyway, does not fail
 
 
 def test_deep_nesting_is_walked_without_recursion() -> None:

@@ -323,7 +323,7 @@ def test_schema_check_and_example_value_never_fail_unexpectedly(schema: Any) -> 
     from labkit.api.errors import APIError
     from labkit.api.tool_schema import check_schema
     from labkit.engine.arguments import example_value
-    from labkit.engine.render import tool_namespace
+    from labkit.engine.tool_namespace import tool_namespace
 
     value = example_value(schema)  # the policy never fails, whatever it is given
     assert len(json.dumps(value, allow_nan=False)) < 1_000_000

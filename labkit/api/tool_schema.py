@@ -1,7 +1,7 @@
 """What a function tool's ``parameters`` must hold where labkit reads it, checked at every level.
 
 labkit reads a few JSON Schema keywords of a tool's parameters: to render the tool for the
-model (``labkit.engine.render``) and to build example arguments (``labkit.engine.policies``).
+model (``labkit.engine.tool_namespace``) and to build example arguments (``labkit.engine.arguments``).
 ``RULES`` says what each must hold; every other keyword is kept and never read. A wrong value
 is a 400 ``invalid_function_parameters`` naming the keyword's path:
 

@@ -1,4 +1,4 @@
-"""labkit for notebooks: everything a notebook uses, from one import.
+"""labkit for notebooks: everything a notebook uses, from one import, so one module by design.
 
     from labkit import lab
 

@@ -16,7 +16,9 @@ import argparse
 import json
 
 from labkit.analysis.compare import compare, models_for, stderr_progress
-from labkit.analysis.cost_model import CpuCosts, Shape, end_to_end, mean_ttft, predict
+from labkit.analysis.cost_model import end_to_end, mean_ttft, predict
+from labkit.analysis.cpu_costs import CpuCosts
+from labkit.analysis.shape import Shape
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
 from labkit.scenarios import load_scenario

@@ -1,4 +1,4 @@
-"""labkit for notebooks: everything a notebook uses, from one import.
+"""labkit for notebooks: everything a notebook uses, from one import, so one module by design.
 
     from labkit import lab
 
@@ -49,8 +49,9 @@ from typing import TYPE_CHECKING, Any
 
 from labkit import __version__
 from labkit.analysis import frontend, plots, whatif
-from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
+from labkit.analysis.cost_model import Prediction
 from labkit.analysis.cost_model import predict as _predict
+from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.frames import span_detail, stage_work
 from labkit.analysis.glossary import glossary
 from labkit.analysis.guesses import check as check_guess
@@ -59,6 +60,7 @@ from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
 from labkit.analysis.replay import replay
+from labkit.analysis.shape import Shape
 from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
 from labkit.client.agent import Rollout, Toolbox, TurnRecord, fetch_spans

@@ -6,7 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from labkit.analysis.cost_model import CpuCosts, Shape, TurnShape, end_to_end, mean_ttft, predict
+from labkit.analysis.cost_model import end_to_end, mean_ttft, predict
+from labkit.analysis.cpu_costs import CpuCosts
+from labkit.analysis.shape import Shape, TurnShape
 from labkit.server.profiles import (
     Auth,
     Billing,

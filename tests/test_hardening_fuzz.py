@@ -321,9 +321,9 @@ def test_the_fuzzed_socket_still_serves_every_lane(ws: ClientConnection, health:
 def test_schema_check_and_example_value_never_fail_unexpectedly(schema: Any) -> None:
     """Any value as ``parameters``: refused with an APIError, or rendered and answered, small."""
     from labkit.api.errors import APIError
-    from labkit.api.requests import check_schema
-    from labkit.engine.policies import example_value
-    from labkit.engine.render import tool_namespace
+    from labkit.api.tool_schema import check_schema
+    from labkit.engine.arguments import example_value
+    from labkit.engine.tool_namespace import tool_namespace
 
     value = example_value(schema)  # the policy never fails, whatever it is given
     assert len(json.dumps(value, allow_nan=False)) < 1_000_000

@@ -20,13 +20,8 @@ import pytest
 from test_hardening_http import KEY_A, KEY_B, assert_api_error, bearer
 
 from labkit.api.safejson import MAX_DEPTH, nesting_depth
-from labkit.engine.policies import (
-    MAX_EXAMPLE_CHARS,
-    MAX_EXAMPLE_ITEMS,
-    GenericPolicy,
-    TurnContext,
-    example_value,
-)
+from labkit.engine.arguments import MAX_EXAMPLE_CHARS, MAX_EXAMPLE_ITEMS, example_value
+from labkit.engine.policies import GenericPolicy, TurnContext
 from labkit.engine.prefix_cache import PrefixCache
 from labkit.engine.render import TokenBuffer
 from labkit.engine.tokenizer import encode_text

@@ -35,9 +35,10 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from labkit import designs
-from labkit.analysis.cost_model import Shape, predict
+from labkit.analysis.cost_model import predict
 from labkit.analysis.frames import COLUMNS
 from labkit.analysis.metrics import summary
+from labkit.analysis.shape import Shape
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client import agent
 from labkit.client.agent import Rollout

@@ -1,6 +1,6 @@
 """The tool sandbox on an OS that lacks some of its protections, and imports without POSIX modules.
 
-Only one OS runs the tests at a time, so the others are simulated: ``labkit.client.tools``
+Only one OS runs the tests at a time, so the others are simulated: ``labkit.client.runner``
 decides from ``POSIX``, ``WINDOWS`` and ``PLATFORM`` (and the kernel's Landlock ABI) what it
 can use, and the tests set those. The test run must still run, and the one warning must say
 what is not protected.
@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
-from labkit.client import confine, tools
-from labkit.client.tools import Sandbox, SandboxWarning, run_tests, run_tool, sandbox_gaps
+from labkit.client import confine, runner
+from labkit.client.runner import SandboxWarning, sandbox_gaps
+from labkit.client.sandbox import Sandbox
+from labkit.client.tools import run_tests, run_tool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,13 +35,13 @@ def box() -> Iterator[Sandbox]:
 @pytest.fixture
 def first_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """As if no tool had run yet in this process."""
-    monkeypatch.setattr(tools, "_gaps_told", False)
+    monkeypatch.setattr(runner, "_gaps_told", False)
 
 
 def as_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Windows' choices, minus the two calls that exist on Windows only (creationflags, taskkill)."""
-    monkeypatch.setattr(tools, "POSIX", False)
-    monkeypatch.setattr(tools, "PLATFORM", "win32")
+    monkeypatch.setattr(runner, "POSIX", False)
+    monkeypatch.setattr(runner, "PLATFORM", "win32")
 
 
 # ---------------------------------------------------------------- the one warning
@@ -64,7 +66,7 @@ def test_windows_runs_the_tests_unconfined_and_says_so(
         "labkit: tool sandbox on Windows: no resource limits, no Landlock; tools are confined to their "
         "folder by path checks only, and a test run's process tree is killed at its time limit"
     ]
-    assert str(tools.CONFINE) not in started[0]  # confine.py needs resource, which Windows lacks
+    assert str(runner.CONFINE) not in started[0]  # confine.py needs resource, which Windows lacks
 
 
 def test_the_warning_comes_once_a_process(
@@ -110,14 +112,14 @@ def test_the_time_limit_still_stops_a_run_without_process_groups(
 def test_without_landlock_the_limits_still_apply_and_the_warning_says_what_is_missing(
     box: Sandbox, first_call: None, monkeypatch: pytest.MonkeyPatch, platform: str, expected: str
 ) -> None:
-    monkeypatch.setattr(tools, "PLATFORM", platform)
+    monkeypatch.setattr(runner, "PLATFORM", platform)
     monkeypatch.setattr(confine, "landlock_abi", lambda: 0)
     with pytest.warns(SandboxWarning) as told:
         assert run_tests(box).endswith("(failed)")
     assert [str(w.message) for w in told] == [expected]
 
 
-@pytest.mark.skipif(not tools.POSIX or confine.landlock_abi() < 1, reason="needs Linux with Landlock")
+@pytest.mark.skipif(not runner.POSIX or confine.landlock_abi() < 1, reason="needs Linux with Landlock")
 def test_with_every_protection_nothing_is_said(box: Sandbox, first_call: None) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -150,10 +152,10 @@ class FakeProcess:
 
 def test_windows_kills_the_process_tree_with_taskkill(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[list[str]] = []
-    monkeypatch.setattr(tools, "WINDOWS", True)
+    monkeypatch.setattr(runner, "WINDOWS", True)
     monkeypatch.setattr(subprocess, "run", lambda command, **options: ran.append(command))
     process = FakeProcess(alive_after=1)  # alive until taskkill
-    tools._kill_group(process)  # type: ignore[arg-type]
+    runner._kill_group(process)  # type: ignore[arg-type]
     assert ran == [["taskkill", "/T", "/F", "/PID", "4242"]] and not process.killed
 
 
@@ -161,37 +163,37 @@ def test_without_taskkill_windows_kills_the_run_itself(monkeypatch: pytest.Monke
     def missing(command: list[str], **options: Any) -> None:
         raise FileNotFoundError(command[0])
 
-    monkeypatch.setattr(tools, "WINDOWS", True)
+    monkeypatch.setattr(runner, "WINDOWS", True)
     monkeypatch.setattr(subprocess, "run", missing)
     process = FakeProcess(alive_after=5)
-    tools._kill_group(process)  # type: ignore[arg-type]
+    runner._kill_group(process)  # type: ignore[arg-type]
     assert process.killed
 
 
 def test_a_run_that_exited_is_not_killed_by_its_old_pid(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[list[str]] = []
-    monkeypatch.setattr(tools, "WINDOWS", True)
+    monkeypatch.setattr(runner, "WINDOWS", True)
     monkeypatch.setattr(subprocess, "run", lambda command, **options: ran.append(command))
     process = FakeProcess(alive_after=0)
-    tools._kill_group(process)  # type: ignore[arg-type]
+    runner._kill_group(process)  # type: ignore[arg-type]
     assert ran == [] and not process.killed
 
 
 def test_windows_starts_the_run_in_a_new_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200, raising=False)
-    monkeypatch.setattr(tools, "WINDOWS", True)
-    assert tools._new_process_group() == {"creationflags": 0x200}
-    monkeypatch.setattr(tools, "WINDOWS", False)
-    assert tools._new_process_group() == {"start_new_session": tools.POSIX}
+    monkeypatch.setattr(runner, "WINDOWS", True)
+    assert runner._new_process_group() == {"creationflags": 0x200}
+    monkeypatch.setattr(runner, "WINDOWS", False)
+    assert runner._new_process_group() == {"start_new_session": runner.POSIX}
 
 
 def test_windows_keeps_what_python_needs_to_start_and_nothing_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tools, "WINDOWS", True)
+    monkeypatch.setattr(runner, "WINDOWS", True)
     monkeypatch.setenv("SYSTEMROOT", r"C:\Windows")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
-    env = tools.confined_environment(home=tmp_path / "home", tmp=tmp_path / "tmp")
+    env = runner.confined_environment(home=tmp_path / "home", tmp=tmp_path / "tmp")
     assert env["SYSTEMROOT"] == r"C:\Windows" and env["USERPROFILE"] == str(tmp_path / "home")
     assert "OPENAI_API_KEY" not in env
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from labkit.engine.arguments import example_value
 from labkit.engine.policies import (
     DEFAULT_LONG_TOKENS,
     LONG_WORDS,
@@ -23,7 +24,6 @@ from labkit.engine.policies import (
     ScriptedPolicy,
     TurnContext,
     asks_for_long,
-    example_value,
     leading_sentences,
     text_of_tokens,
     token_target,

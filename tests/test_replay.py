@@ -21,8 +21,9 @@ import pytest
 
 from labkit.client.agent import Rollout
 from labkit.paths import DATA_ENV, builtin_data_dir
-from labkit.scenarios import replay as replay_module
-from labkit.scenarios.replay import PADDING_TOOL, Replay, ReplayError, load_replay, prompt_tokens
+from labkit.scenarios import transcript as transcript_module
+from labkit.scenarios.recording import ReplayError
+from labkit.scenarios.replay import PADDING_TOOL, Replay, load_replay, prompt_tokens
 from labkit.server.handle import LabkitServer
 
 REPLAYS = builtin_data_dir() / "replays"
@@ -82,7 +83,7 @@ def test_a_codex_session_replays_its_turns_calls_outputs_and_usage(name: str, tm
     tools = replay.scenario.tools
     assert tools[-1]["name"] == PADDING_TOOL
     first = usages[0]["input_tokens"]
-    from labkit.scenarios.replay import Opening
+    from labkit.scenarios.recording import Opening
 
     opening = Opening(replay.scenario.instructions, replay.scenario.user, None)
     assert abs(prompt_tokens(opening, tools) - first) <= 2
@@ -102,7 +103,7 @@ def test_a_transcript_replays_the_same_session_as_its_codex_file(tmp_path: Path)
 
 def test_a_transcript_is_read_the_same_in_any_chunk_size(tmp_path: Path, monkeypatch) -> None:
     whole = load_replay(REPLAYS / TRANSCRIPT, tmp_path / "whole")
-    monkeypatch.setattr(replay_module, "CHUNK", 997)  # pairs and strings cut anywhere
+    monkeypatch.setattr(transcript_module, "CHUNK", 997)  # pairs and strings cut anywhere
     chunked = load_replay(REPLAYS / TRANSCRIPT, tmp_path / "chunked")
     assert chunked.turns == whole.turns and chunked.scenario.steps == whole.scenario.steps
 

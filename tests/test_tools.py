@@ -20,14 +20,13 @@ from typing import Any
 import jsonschema
 import pytest
 
-from labkit.client import confine, tools
+from labkit.client import confine, runner
+from labkit.client.sandbox import SAMPLE_REPO, Sandbox
 from labkit.client.tools import (
     MAX_MATCHES,
-    SAMPLE_REPO,
     SPECS_BY_NAME,
     TOOL_SPECS,
     TOOLS,
-    Sandbox,
     apply_patch,
     is_error,
     list_files,
@@ -277,7 +276,7 @@ def test_run_tests_times_out(box: Sandbox, monkeypatch: pytest.MonkeyPatch) -> N
     )
     assert run_tests(box, timeout_s=1.0).startswith("error: tests timed out after 1 s")
     # The default comes from the sandbox, else the module's constant.
-    monkeypatch.setattr(tools, "TEST_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(runner, "TEST_TIMEOUT_S", 1.0)
     assert run_tests(box).startswith("error: tests timed out after 1 s")
     box.test_timeout_s = 0.5
     assert run_tests(box).startswith("error: tests timed out after 0.5 s")
@@ -489,7 +488,7 @@ def test_the_test_run_sees_no_secret_of_the_client(tmp_path: Path, monkeypatch: 
     assert "s3cret-value" not in output and "sk-should-not-leak" not in output
     names = set(labelled(output, "names:").split())
     python = {"PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONUNBUFFERED"}
-    assert names <= {*tools.TEST_ENV_KEEP, "HOME", "TMPDIR", "TMP", "TEMP", *python}, names
+    assert names <= {*runner.TEST_ENV_KEEP, "HOME", "TMPDIR", "TMP", "TEMP", *python}, names
 
 
 def test_the_test_run_writes_home_and_temp_files_inside_the_sandbox(
@@ -576,7 +575,7 @@ def test_the_test_run_has_resource_limits(tmp_path: Path) -> None:
     )
     with Sandbox(repo) as sandbox:
         output = run_tests(sandbox, timeout_s=7.5)
-    fsize = tools.TEST_LIMITS["RLIMIT_FSIZE"]
+    fsize = runner.TEST_LIMITS["RLIMIT_FSIZE"]
     assert f"RLIMIT_FSIZE {fsize} {fsize}" in output, output
     assert "RLIMIT_CPU 9 9" in output  # the CPU backstop: the time limit rounded up, plus one
     assert "RLIMIT_CORE 0 0" in output

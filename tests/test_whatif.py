@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from labkit.analysis import whatif
-from labkit.analysis.cost_model import CpuCosts
+from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.whatif_ui import CUSTOM, WhatIfLab
 from labkit.server.profiles import load_profile, profile_toml
 

@@ -10,7 +10,8 @@ from dataclasses import fields, replace
 import pytest
 
 from labkit.analysis import frontend, whatif
-from labkit.analysis.cost_model import CpuCosts, predict
+from labkit.analysis.cost_model import predict
+from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.whatif_ui import WhatIfLab
 from labkit.client.agent import Rollout
 from labkit.designs import compose

@@ -3,7 +3,7 @@
 Every ``POST /v1/responses`` is recorded as one ``{"request": body, "response": response}`` pair,
 the response being the JSON answer or, for a stream, the response of its terminal event
 (``response.completed``, ``response.incomplete`` or ``response.failed``). The transcript (the
-format ``labkit replay`` reads, see ``labkit.scenarios.replay``) is rewritten after every pair.
+format ``labkit replay`` reads, see ``labkit.scenarios.transcript``) is rewritten after every pair.
 Requests are forwarded unchanged, so the client sees the server's own answers; HTTP only (a
 client in WebSocket mode would not be recorded).
 

@@ -32,7 +32,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from labkit.analysis import frontend
-from labkit.analysis.plots import TEMPLATE
+from labkit.analysis.style import TEMPLATE
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"displaylogo": False}

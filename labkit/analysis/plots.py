@@ -1,7 +1,8 @@
-"""The standard figures: each a function from DataFrames to a plotly figure, nothing live.
+"""The standard figures, in one module so that every notebook draws from one namespace (``plots``).
 
-Every notebook draws with these, so a design and a bucket have the same
-colour everywhere, axes carry units and titles say what to notice.
+Each is a function from DataFrames to a plotly figure, nothing live. Every notebook draws
+with these, so a design and a bucket have the same colour everywhere
+(``labkit.analysis.style``), axes carry units and titles say what to notice.
 ``labkit.analysis.live`` redraws them turn by turn.
 
 - ``turn_buckets``: per turn, the API service, inference and the client, stacked
@@ -27,29 +28,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from labkit.analysis.metrics import turns
+from labkit.analysis.style import BUCKET_COLORS, BUCKET_LABELS, design_color, design_line, layout
+from labkit.analysis.style import TEMPLATE as TEMPLATE  # the what-if lab draws with plots.TEMPLATE
 from labkit.api.stages import BUCKETS, OBSERVER, bucket_of
 
-BUCKET_COLORS = {"api": "#e15759", "inference": "#4e79a7", "client": "#edc948"}
-BUCKET_LABELS = {"api": "API service", "inference": "inference", "client": "client (tools, request)"}
-DESIGN_COLORS = {"naive": "#7f7f7f", "sprint": "#f28e2b", "websocket": "#4e79a7", "appended": "#59a14f"}
-# Lines of designs that often coincide (naive and sprint scan alike) stay apart by their dash.
-DESIGN_DASHES = {"naive": "solid", "sprint": "dash", "websocket": "solid", "appended": "dot"}
-# For designs beyond the four (a composed spec, a model speed): a fixed cycle, in order of first use.
-EXTRA_COLORS = ("#b07aa1", "#9c755f", "#76b7b2", "#ff9da7", "#edc948", "#bab0ac", "#e15759")
-TEMPLATE = "plotly_white"
 MS = 1000
-
-
-def design_color(name: str, order: Sequence[str] = ()) -> str:
-    """The colour of a design: its own for the four, else by its place in ``order``.
-
-    >>> design_color("websocket"), design_color("naive+render_cache", ["naive", "naive+render_cache"])
-    ('#4e79a7', '#9c755f')
-    """
-    if name in DESIGN_COLORS:
-        return DESIGN_COLORS[name]
-    index = list(order).index(name) if name in order else len(order)
-    return EXTRA_COLORS[index % len(EXTRA_COLORS)]
 
 
 def _lines(
@@ -60,33 +43,8 @@ def _lines(
     traces = []
     for name, frame in frames.items():
         points = series(frame) if frame is not None and len(frame) else pd.Series(dtype=float)
-        traces.append(_line(name, list(points.index), list(points), order))
+        traces.append(design_line(name, list(points.index), list(points), order))
     return traces
-
-
-def _line(name: str, x: list, y: list, order: Sequence[str]) -> go.Scatter:
-    color = design_color(name, order)
-    return go.Scatter(
-        name=name,
-        x=x,
-        y=y,
-        mode="lines+markers",
-        line={"color": color, "dash": DESIGN_DASHES.get(name, "solid"), "width": 2.5},
-        marker_color=color,
-    )
-
-
-def _layout(fig: go.Figure, title: str, x: str, y: str, **more: object) -> go.Figure:
-    fig.update_layout(
-        template=TEMPLATE,
-        title={"text": title, "x": 0.01},
-        xaxis_title=x,
-        yaxis_title=y,
-        legend={"orientation": "h", "y": -0.2},
-        margin={"l": 60, "r": 20, "t": 60, "b": 60},
-        **{"height": 380, **more},
-    )
-    return fig
 
 
 # ---------------------------------------------------------------- per turn, one rollout
@@ -106,7 +64,7 @@ def turn_buckets(frame: pd.DataFrame | None, title: str = "Where each turn's tim
             for bucket in BUCKETS
         ]
     )
-    return _layout(fig, title, "turn", "time (ms)", barmode="stack", legend_traceorder="normal")
+    return layout(fig, title, "turn", "time (ms)", barmode="stack", legend_traceorder="normal")
 
 
 def history_growth(
@@ -120,7 +78,7 @@ def history_growth(
         return both.dropna().set_index("prompt")["api"]
 
     traces = _lines(frames, api_by_prompt)
-    return _layout(go.Figure(traces), title, "history carried (prompt tokens)", "API time of the turn (ms)")
+    return layout(go.Figure(traces), title, "history carried (prompt tokens)", "API time of the turn (ms)")
 
 
 def _prompt_tokens(frame: pd.DataFrame) -> pd.Series:
@@ -151,7 +109,7 @@ def stage_waterfall(frame: pd.DataFrame, turn: int, title: str | None = None) ->
     fig = go.Figure(traces)
     fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1])
     title = title or f"Turn {turn}, stage by stage"
-    return _layout(fig, title, "ms since the client sent the request", "", height=40 + 22 * max(len(rows), 8))
+    return layout(fig, title, "ms since the client sent the request", "", height=40 + 22 * max(len(rows), 8))
 
 
 # ---------------------------------------------------------------- several rollouts side by side
@@ -186,7 +144,7 @@ def rollout_gantt(
         )
     fig = go.Figure(traces)
     fig.update_yaxes(categoryorder="array", categoryarray=list(frames)[::-1])
-    return _layout(fig, title, "seconds since the rollout's first request", "", barmode="overlay")
+    return layout(fig, title, "seconds since the rollout's first request", "", barmode="overlay")
 
 
 def per_turn(
@@ -198,13 +156,13 @@ def per_turn(
     """Per design, one column of ``metrics.turns`` (``ttft``, ``api``, ``wall``...) each turn."""
     scale = MS if unit == "ms" else 1
     traces = _lines(frames, lambda frame: turns(frame)[metric].dropna() * scale)
-    return _layout(go.Figure(traces), title, "turn", f"{metric} ({unit})")
+    return layout(go.Figure(traces), title, "turn", f"{metric} ({unit})")
 
 
 def race(frames: Mapping[str, pd.DataFrame | None], title: str = "Time so far, turn by turn") -> go.Figure:
     """Per design, the rollout's time up to the end of each turn (s): the steeper, the slower."""
     traces = _lines(frames, lambda frame: turns(frame)["wall"].cumsum())
-    return _layout(go.Figure(traces), title, "turn", "time so far (s)")
+    return layout(go.Figure(traces), title, "turn", "time so far (s)")
 
 
 def stage_tokens(
@@ -218,7 +176,7 @@ def stage_tokens(
 
     traces = _lines(frames, work)
     title = title or f"Tokens the {stage} stage processed, per turn"
-    return _layout(go.Figure(traces), title, "turn", "tokens")
+    return layout(go.Figure(traces), title, "turn", "tokens")
 
 
 def design_bars(table: pd.DataFrame, title: str = "End to end and time to first token") -> go.Figure:
@@ -240,7 +198,7 @@ def design_bars(table: pd.DataFrame, title: str = "End to end and time to first 
         ]
     )
     fig.update_traces(offsetgroup=0, selector={"name": "end to end (s)"})
-    return _layout(
+    return layout(
         fig,
         title,
         "design",
@@ -279,7 +237,7 @@ def trace_timeline(traces: Sequence[Mapping], title: str = "Responses as the ser
     labels = list(dict.fromkeys(spans["label"]))
     fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1])
     height = 120 + 24 * max(len(labels), 6)
-    return _layout(fig, title, "seconds since the first response shown", "", barmode="overlay", height=height)
+    return layout(fig, title, "seconds since the first response shown", "", barmode="overlay", height=height)
 
 
 # ---------------------------------------------------------------- what-ifs (labkit.analysis.whatif)
@@ -322,7 +280,7 @@ def prediction_bars(
             row=1,
             col=col,
         )
-    return _layout(fig, title, "", "")
+    return layout(fig, title, "", "")
 
 
 def stage_breakdown(table: pd.DataFrame, design: str) -> go.Figure:
@@ -342,7 +300,7 @@ def stage_breakdown(table: pd.DataFrame, design: str) -> go.Figure:
     fig = go.Figure(traces)
     fig.update_yaxes(categoryorder="array", categoryarray=list(table["stage"])[::-1])
     title = f"Where {design}'s time goes, stage by stage"
-    return _layout(fig, title, "seconds over the rollout", "", height=460)
+    return layout(fig, title, "seconds over the rollout", "", height=460)
 
 
 def saving_curve(
@@ -371,4 +329,4 @@ def saving_curve(
     fig.update_xaxes(type="log")
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     title = f"What {design} saves grows with the model's speed"
-    return _layout(fig, title, "decode speed (tokens/s)", "saved vs naive")
+    return layout(fig, title, "decode speed (tokens/s)", "saved vs naive")

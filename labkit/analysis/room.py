@@ -39,7 +39,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from labkit.analysis.plots import DESIGN_COLORS, TEMPLATE, design_color
+from labkit.analysis.style import DESIGN_COLORS, TEMPLATE, design_color
 from labkit.api.stages import Stage
 from labkit.client.trace_watch import TraceWatcher
 

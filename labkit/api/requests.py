@@ -2,8 +2,8 @@
 
 Unknown fields are ignored; a wrong type or value is an ``APIError`` (400)
 naming the offending ``param`` in the API's own path syntax, e.g.
-``input[2].call_id``. Input items keep fields they do not know (such as a
-replayed reasoning item's ``encrypted_content``) so they round-trip intact.
+``input[2].call_id`` (``labkit.api.validation``). The items are read by the models of
+``labkit.api.items``, a function tool's parameters by ``labkit.api.tool_schema``.
 
     >>> req = parse_create({"model": "labkit-spark", "input": "hi"})
     >>> req.items
@@ -19,82 +19,16 @@ answer a call in it); the pipeline runs it once the history is loaded.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from labkit.api.compaction import verify_compactions, vouched_calls
-from labkit.api.errors import APIError, invalid_request
-
-# ---------------------------------------------------------------- items
-
-
-class _Item(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str | None = None
-    status: str | None = None
-
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: str
-    text: str | None = None
-
-
-class MessageItem(_Item):
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[ContentPart]
-
-
-class FunctionCallItem(_Item):
-    type: Literal["function_call"]
-    call_id: str
-    name: str
-    arguments: str
-
-
-class FunctionCallOutputItem(_Item):
-    type: Literal["function_call_output"]
-    call_id: str
-    output: str | list[dict[str, Any]]
-
-
-class ReasoningItem(_Item):
-    type: Literal["reasoning"]
-    summary: list[dict[str, Any]] = Field(default_factory=list)
-    encrypted_content: str | None = None
-
-
-class CompactionItem(_Item):
-    """A window replaced by ``POST /v1/responses/compact`` (see ``labkit.api.compaction``)."""
-
-    type: Literal["compaction"]
-    encrypted_content: str
-
-
-class ItemReference(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["item_reference"] = "item_reference"
-    id: str
-
-
-class OtherItem(_Item):
-    """An item type labkit does not model (a client's own tool calls): kept as it came."""
-
-    type: str
-
-
-ITEM_MODELS: dict[str, type[BaseModel]] = {
-    "message": MessageItem,
-    "function_call": FunctionCallItem,
-    "function_call_output": FunctionCallOutputItem,
-    "reasoning": ReasoningItem,
-    "compaction": CompactionItem,
-    "item_reference": ItemReference,
-}
+from labkit.api.errors import invalid_request
+from labkit.api.items import ITEM_MODELS, OtherItem
+from labkit.api.tool_schema import check_schema
+from labkit.api.validation import validate
 
 # ---------------------------------------------------------------- tools
 
@@ -205,64 +139,6 @@ class CompactRequest:
         return getattr(self.body, name)
 
 
-# ---------------------------------------------------------------- errors in the API's words
-
-_TYPE_WORDS = {
-    "string_type": "a string",
-    "int_type": "an integer",
-    "int_parsing": "an integer",
-    "int_from_float": "an integer",
-    "float_type": "a number",
-    "float_parsing": "a number",
-    "bool_type": "a boolean",
-    "bool_parsing": "a boolean",
-    "list_type": "an array",
-    "dict_type": "an object",
-    "model_type": "an object",
-    "model_attributes_type": "an object",
-}
-
-
-_UNION_MEMBERS = {"str", "int", "float", "bool", "dict", "list", "none"}
-
-
-def param_path(loc: tuple[Any, ...], prefix: str = "") -> str:
-    """Pydantic's error location in the API's syntax: ``("input", 2, "role") -> 'input[2].role'``."""
-    path = prefix
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif "[" in part or part[:1].isupper() or part in _UNION_MEMBERS:
-            continue  # pydantic's name for a union member, not a field
-        else:
-            path += f".{part}" if path else part
-    return path
-
-
-def _to_api_error(exc: ValidationError, prefix: str = "") -> APIError:
-    err = max(exc.errors(), key=lambda e: len(e["loc"]))  # the most specific branch
-    param = param_path(tuple(err["loc"]), prefix) or None
-    kind = err["type"]
-    if kind == "missing":
-        return invalid_request(
-            f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
-        )
-    if kind in _TYPE_WORDS:
-        return invalid_request(
-            f"Invalid type for '{param}': expected {_TYPE_WORDS[kind]}.",
-            param=param,
-            code="invalid_type",
-        )
-    return invalid_request(f"Invalid value for '{param}': {err['msg']}.", param=param, code="invalid_value")
-
-
-def _validate(model: type[BaseModel], raw: Any, prefix: str = "") -> BaseModel:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        raise _to_api_error(exc, prefix) from None
-
-
 def parse_item(raw: Any, param: str) -> dict[str, Any]:
     """One input item, validated and dumped back to plain JSON."""
     if not isinstance(raw, dict):
@@ -285,7 +161,7 @@ def parse_item(raw: Any, param: str) -> dict[str, Any]:
             code="invalid_type",
         )
     model = ITEM_MODELS.get(kind, OtherItem)
-    item = _validate(model, {**raw, "type": kind}, param)
+    item = validate(model, {**raw, "type": kind}, param)
     return item.model_dump(exclude_none=True)
 
 
@@ -298,123 +174,10 @@ def parse_tool(raw: Any, param: str) -> dict[str, Any]:
         )
     if raw["type"] != "function":
         return raw  # hosted and client-specific tools (namespace, web_search, ...) pass through
-    tool = _validate(FunctionTool, raw, param)
-    assert isinstance(tool, FunctionTool)
+    tool = validate(FunctionTool, raw, param)
     if tool.parameters is not None:
         check_schema(tool.parameters, f"{param}.parameters", tool.name)
     return tool.model_dump(exclude_none=True)
-
-
-# ---------------------------------------------------------------- tool parameter schemas
-
-# The JSON Schema keywords labkit reads (to render a tool and to build example arguments),
-# and what each must hold. Other keywords are kept and never read.
-_SCHEMA_KEYS = ("properties", "$defs", "definitions", "patternProperties")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf")
-_SCHEMA_ONE = ("not", "additionalProperties", "additionalItems", "contains", "propertyNames")
-_COUNTS = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties")
-_BOUNDS = ("minimum", "maximum", "multipleOf")
-_JSON_TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _schema_problem(schema: dict[str, Any]) -> tuple[str, str] | None:
-    """The first keyword of one schema node (not its children) that holds the wrong kind of value."""
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = kind if isinstance(kind, list) else [kind]
-        if not kinds or not all(isinstance(k, str) and k in _JSON_TYPES for k in kinds):
-            return "type", "a JSON type name or a non-empty array of them"
-    if "required" in schema and not (
-        isinstance(schema["required"], list) and all(isinstance(k, str) for k in schema["required"])
-    ):
-        return "required", "an array of strings"
-    if "enum" in schema and not isinstance(schema["enum"], list):
-        return "enum", "an array"
-    for key in _COUNTS:
-        value = schema.get(key)
-        if key in schema and not (_is_number(value) and value >= 0 and float(value).is_integer()):
-            return key, "a non-negative integer"
-    for key in _BOUNDS:
-        if key in schema and not _is_number(schema[key]):
-            return key, "a finite number"
-    for key in ("exclusiveMinimum", "exclusiveMaximum"):  # a number, or draft 4's boolean
-        if key in schema and not (_is_number(schema[key]) or isinstance(schema[key], bool)):
-            return key, "a finite number"
-    for key in _SCHEMA_KEYS:
-        if key in schema and not (
-            isinstance(schema[key], dict) and all(isinstance(v, dict | bool) for v in schema[key].values())
-        ):
-            return key, "an object of schemas"
-    for key in _SCHEMA_LISTS:
-        if key in schema and not (
-            isinstance(schema[key], list)
-            and schema[key]
-            and all(isinstance(v, dict | bool) for v in schema[key])
-        ):
-            return key, "a non-empty array of schemas"
-    for key in _SCHEMA_ONE:
-        if key in schema and not isinstance(schema[key], dict | bool):
-            return key, "a schema"
-    items = schema.get("items")
-    if "items" in schema and not (
-        isinstance(items, dict | bool)
-        or (isinstance(items, list) and all(isinstance(v, dict | bool) for v in items))
-    ):
-        return "items", "a schema or an array of schemas"
-    return None
-
-
-def _subschemas(schema: dict[str, Any], path: str) -> list[tuple[str, Any]]:
-    found: list[tuple[str, Any]] = []
-    for key in _SCHEMA_KEYS:
-        found += [(f"{path}.{key}.{name}", sub) for name, sub in (schema.get(key) or {}).items()]
-    for key in _SCHEMA_LISTS:
-        found += [(f"{path}.{key}[{i}]", sub) for i, sub in enumerate(schema.get(key) or [])]
-    for key in _SCHEMA_ONE:
-        if key in schema:
-            found.append((f"{path}.{key}", schema[key]))
-    items = schema.get("items")
-    if isinstance(items, list):
-        found += [(f"{path}.items[{i}]", sub) for i, sub in enumerate(items)]
-    elif items is not None:
-        found.append((f"{path}.items", items))
-    return found
-
-
-def check_schema(schema: dict[str, Any], param: str, name: str) -> None:
-    """Refuse a function's ``parameters`` whose keywords hold the wrong kind of value.
-
-    Only the keywords labkit reads are checked (types, properties, required, enum, the
-    combinators, counts and bounds), at every level; a 400 ``invalid_function_parameters``
-    names the keyword's path.
-
-    >>> check_schema({"type": "object", "properties": {"tags": {"type": "array", "minItems": -1}}},
-    ...     "tools[0].parameters", "tag")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    labkit.api.errors.APIError: Invalid schema ... 'tools[0].parameters.properties.tags.minItems' must be ...
-    """
-    stack: list[tuple[str, Any]] = [(param, schema)]
-    while stack:
-        path, node = stack.pop()
-        if isinstance(node, bool):
-            continue  # true and false are schemas too
-        if not isinstance(node, dict):
-            problem: tuple[str, str] | None = ("", "a schema (an object or a boolean)")
-        else:
-            problem = _schema_problem(node)
-        if problem is not None:
-            key, wanted = problem
-            where = f"{path}.{key}" if key else path
-            raise invalid_request(
-                f"Invalid schema for function '{name}': '{where}' must be {wanted}.",
-                param=where,
-                code="invalid_function_parameters",
-            )
-        stack.extend(reversed(_subschemas(node, path)))
 
 
 def _parse_input(raw: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -427,8 +190,7 @@ def parse_create(raw: Any) -> CreateRequest:
     """Validate a whole create body; raises ``APIError`` on the first problem."""
     if not isinstance(raw, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
-    body = _validate(CreateBody, raw)
-    assert isinstance(body, CreateBody)
+    body = validate(CreateBody, raw)
     items = _parse_input(body.input)
     tools = [parse_tool(raw_tool, f"tools[{i}]") for i, raw_tool in enumerate(body.tools or [])]
     if body.metadata is not None:
@@ -471,8 +233,7 @@ def parse_compact(raw: Any) -> CompactRequest:
     """
     if not isinstance(raw, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
-    body = _validate(CompactBody, raw)
-    assert isinstance(body, CompactBody)
+    body = validate(CompactBody, raw)
     if body.input is None and body.previous_response_id is None:
         raise invalid_request(
             "Missing required parameter: 'input' (or 'previous_response_id').",

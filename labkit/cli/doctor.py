@@ -1,4 +1,4 @@
-"""``labkit doctor``: a pre-flight check of a workshop laptop, in a few seconds.
+"""``labkit doctor``: a workshop laptop's pre-flight check, one module so it reads in the order it prints.
 
 Each check prints one line, ``ok``, ``warn`` or ``FAIL`` and what it found; a warning or a
 failure adds a line saying what to run or change. The exit status is 1 if any check failed

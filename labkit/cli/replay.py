@@ -27,7 +27,7 @@ def replay_command(args: argparse.Namespace) -> None:
     check_models(None)  # $LABKIT_MODELS reaches the server replay starts
     from labkit.analysis.compare import format_tables, rows_json, stderr_progress
     from labkit.analysis.replay import replay
-    from labkit.scenarios.replay import ReplayError
+    from labkit.scenarios.recording import ReplayError
 
     try:
         result = replay(

@@ -25,7 +25,8 @@ import httpx
 
 from labkit.api.extensions import SCENARIO_KEY, TRACES_PATH
 from labkit.client.room import client_key
-from labkit.client.tools import TOOL_SPECS, Sandbox, run_tool
+from labkit.client.sandbox import Sandbox
+from labkit.client.tools import TOOL_SPECS, run_tool
 from labkit.client.transports import TurnRequest, TurnResult, open_transport
 from labkit.engine.policies import text_of_tokens
 from labkit.paths import default_data_dir

@@ -1,6 +1,6 @@
 """Confine a command before running it: resource limits, then Landlock where the kernel has it.
 
-``labkit.client.tools.run_tests`` starts the model-edited tests through this file, as a script
+``labkit.client.runner.run_suite`` starts the model-edited tests through this file, as a script
 of a fresh interpreter (``python -I -S confine.py CONFIG_JSON -m unittest ...``): it lowers the
 limits, restricts writes, then ``exec``s the command, which inherits both. It runs in the child
 rather than in a ``preexec_fn`` because a ``preexec_fn`` may deadlock in a parent with threads,
@@ -22,7 +22,7 @@ library and site-packages. Where Landlock is missing (an older kernel, another O
 that filters the system calls) the command runs with the limits alone.
 
 The file imports on every OS (``resource`` is imported when limits are lowered, and exists on
-Linux and macOS only); on Windows ``labkit.client.tools`` does not run it.
+Linux and macOS only); on Windows ``labkit.client.runner`` does not run it.
 """
 
 from __future__ import annotations

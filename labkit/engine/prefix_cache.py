@@ -1,4 +1,5 @@
-"""A prefix (KV) cache with vLLM-style block hashing.
+"""A prefix (KV) cache with vLLM-style block hashing, in one module: its block tree, eviction and
+owners' views keep one invariant (a cached block's parent is cached), so they are read together.
 
 The prompt is cut into full blocks of ``block_size`` tokens. A block's key is
 the hash of its parent's key and its own tokens, so a key names the whole

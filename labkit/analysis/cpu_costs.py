@@ -1,0 +1,186 @@
+"""Real CPU work per unit (tokenizing, scanning, the SDK building a request), measured here.
+
+The cost model (``labkit.analysis.cost_model``) prices a rollout's real CPU work with these:
+``CpuCosts()`` holds a guess, ``CpuCosts.measure()`` times the work on this machine (about half
+a second), ``CpuCosts.scaled`` prices it on a slower or faster one.
+
+>>> CpuCosts().scaled(2).fixed_s_per_turn
+0.004
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from labkit.engine import timing
+from labkit.engine.policies import text_of_tokens
+from labkit.engine.tokenizer import encode_text
+
+if TYPE_CHECKING:
+    import httpx
+    from openai import OpenAI
+
+
+NOT_CPU_WORK = ("timer_overrun_s",)  # ``CpuCosts`` fields that a faster CPU does not shorten
+
+
+@dataclass(frozen=True)
+class CpuCosts:
+    """Real CPU work per unit, as measured on this machine (seconds); the defaults are a guess.
+
+    >>> round(CpuCosts().scan_s_per_token * 1e6, 3)  # ms per 1k tokens scanned, by default
+    0.4
+    """
+
+    tokenize_s_per_token: float = 0.25e-6  # tiktoken on code and prose
+    scan_s_per_token: float = 0.4e-6  # a classifier scan: tokenize plus pattern matching
+    client_s_per_sent_item: float = 0.25e-3  # the SDK preparing a request, per input item
+    client_s_per_sent_token: float = 0.05e-6  # ... and per token of input
+    fixed_s_per_turn: float = 0.002  # request parsing, event framing and bookkeeping, both ends
+    http_request_s: float = 0.002  # the SDK preparing one HTTP request: settings, tools, instructions
+    ws_request_s: float = 0.003  # ... one response.create event for WebSocket mode
+    timer_overrun_s: float = 0.0005  # how late a server's asyncio sleep wakes, on average
+
+    @classmethod
+    def measure(cls) -> CpuCosts:
+        """Time the real work on this machine (about half a second): tokenizing and scanning
+        source code, the official SDK preparing requests (one item; many small or few large
+        items) over HTTP and WebSocket mode, and how late a short asyncio sleep wakes up."""
+        from labkit.server import pipeline
+        from labkit.server.safety import scan
+
+        text = Path(pipeline.__file__).read_text()
+        tokens = len(encode_text(text))
+        tokenize = _per_unit(lambda: encode_text(text), tokens)
+        scanning = _per_unit(lambda: scan([text]), tokens)
+        base, ws_base = _request_seconds(1, 10), _request_seconds(1, 10, websocket=True)
+        short = _request_seconds(items=20, tokens_each=10)
+        many = _request_seconds(items=200, tokens_each=10)
+        long = _request_seconds(items=20, tokens_each=1000)
+        # request = r + items * a + tokens * b: more items of the same size give a, longer ones b
+        per_item = max(0.0, (many - short) / 180)
+        per_token = max(0.0, (long - short) / (20 * 990))
+        return cls(
+            tokenize_s_per_token=tokenize,
+            scan_s_per_token=scanning,
+            client_s_per_sent_item=per_item,
+            client_s_per_sent_token=per_token,
+            http_request_s=max(0.0, base - per_item - 10 * per_token),
+            ws_request_s=max(0.0, ws_base - per_item - 10 * per_token),
+            timer_overrun_s=_timer_overrun(),
+        )
+
+    def scaled(self, factor: float) -> CpuCosts:
+        """The same work on a machine ``factor`` times slower: every CPU cost times ``factor``;
+        how late a timer wakes is the operating system's, and stays.
+
+        >>> slow = CpuCosts().scaled(2)
+        >>> round(slow.scan_s_per_token * 1e6, 3), slow.timer_overrun_s == CpuCosts().timer_overrun_s
+        (0.8, True)
+        """
+        if factor <= 0:
+            raise ValueError(f"a CPU factor must be positive, not {factor}")
+        work = {f.name: getattr(self, f.name) * factor for f in fields(self) if f.name not in NOT_CPU_WORK}
+        return replace(self, **work)
+
+
+def _per_unit(work: Callable[[], object], units: int, repeat: int = 3) -> float:
+    """The median of ``repeat`` timings, per unit (garbage collection included: it is real cost)."""
+    work()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) / units
+
+
+def _request_seconds(items: int, tokens_each: int, *, websocket: bool = False) -> float:
+    """What the official SDK spends sending a request (the agent's tools, 8k tokens of
+    instructions, an input list): ``responses.create`` over HTTP, through a transport that
+    answers at once, or ``response.create`` in WebSocket mode, to a loopback socket that
+    discards it."""
+    from labkit.client.tools import TOOL_SPECS
+
+    history = [
+        {"type": "function_call_output", "call_id": f"call_{i}", "output": text_of_tokens(tokens_each)}
+        for i in range(items)
+    ]
+    body: dict[str, Any] = {
+        "model": "m",
+        "input": history,
+        "instructions": text_of_tokens(8000),
+        "tools": TOOL_SPECS,
+    }
+    if websocket:
+        with _discarding_socket() as base_url, _sdk(base_url).responses.connect() as conn:
+            return _per_unit(lambda: conn.response.create(**body), 1, repeat=7)
+    import httpx
+
+    client = _sdk("http://127.0.0.1:9/v1", httpx.MockTransport(_empty_stream))
+    try:
+        return _per_unit(lambda: client.responses.create(stream=True, **body).close(), 1, repeat=7)
+    finally:
+        client.close()
+
+
+def _sdk(base_url: str, transport: httpx.BaseTransport | None = None) -> OpenAI:
+    import httpx
+    from openai import OpenAI
+
+    http = httpx.Client(transport=transport) if transport else None
+    return OpenAI(base_url=base_url, api_key="measure", max_retries=0, http_client=http)
+
+
+def _empty_stream(request: httpx.Request) -> httpx.Response:
+    """An SSE answer with no events: the SDK's cost ends where the network's would begin."""
+    import httpx
+
+    request.read()
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=b"")
+
+
+@contextmanager
+def _discarding_socket() -> Iterator[str]:
+    """A WebSocket server on loopback that reads and drops every frame; yields its base URL."""
+    from websockets.sync.server import ServerConnection, serve
+
+    def drop(ws: ServerConnection) -> None:
+        for _ in ws:
+            pass
+
+    with serve(drop, "127.0.0.1", 0, max_size=None) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/v1"
+        finally:
+            server.shutdown()
+            thread.join()
+
+
+def _timer_overrun(sleeps: int = 20, seconds: float = 0.002) -> float:
+    """How late a modeled delay wakes on this machine, on average: the server's own sleep
+    (``labkit.engine.timing.sleep``), measured after it has calibrated to this timer."""
+
+    async def late() -> float:
+        await timing.calibrate()
+        total = 0.0
+        for _ in range(sleeps):
+            start = time.perf_counter()
+            await timing.sleep(seconds)
+            total += time.perf_counter() - start - seconds
+        return total / sleeps
+
+    # A thread of its own: in a notebook, the caller's thread already runs an event loop.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return max(0.0, pool.submit(asyncio.run, late()).result())

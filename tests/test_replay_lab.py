@@ -10,7 +10,7 @@ import pytest
 
 from labkit.analysis import frontend
 from labkit.analysis.cost_model import CpuCosts, Shape
-from labkit.analysis.replay import REPLAYS, CannotPrice, price, replay
+from labkit.analysis.replay import REPLAYS, price, replay
 from labkit.analysis.replay_ui import MEASURED_AT, OWN, ReplayLab
 from labkit.designs import DESIGNS
 from labkit.scenarios.replay import load_replay
@@ -54,16 +54,15 @@ def test_price_uses_the_columns_a_measured_replay_has() -> None:
     assert list(measured["turns"]) == list(priced.set_index("design").loc[["naive", "websocket"], "turns"])
 
 
-def test_a_recording_with_parallel_calls_is_refused_by_the_model_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(CannotPrice) as caught:
-        price(parallel_calls(tmp_path / "two-at-once.json"), cpu=CPU, tps=(1000,))
-    assert "parallel calls" in str(caught.value) and "\n" not in str(caught.value)
+def test_a_recording_with_parallel_calls_is_priced_turn_for_turn(tmp_path: Path) -> None:
+    priced = price(parallel_calls(tmp_path / "two-at-once.json"), cpu=CPU, tps=(1000,))
+    assert (priced.table["turns"] == len(priced.replay.turns)).all()
 
 
-@pytest.mark.xfail(strict=True, reason="Shape.of walks the policy's steps: a turn of k calls counts k times")
 def test_shape_of_a_replay_with_parallel_calls_has_the_recorded_turns(tmp_path: Path) -> None:
     recording = load_replay(parallel_calls(tmp_path / "two-at-once.json"), tmp_path / "work")
-    assert len(Shape.of(recording.scenario).turns) == len(recording.turns)  # 2: the calls, the answer
+    first, answer = Shape.of(recording.scenario).turns  # the two calls at once, then the answer
+    assert (first.output_items, answer.new_items, answer.output_items) == (2, 2, 1)
 
 
 # ---------------------------------------------------------------- the widgets
@@ -97,7 +96,7 @@ def test_a_file_that_cannot_be_replayed_is_one_line_in_the_widget(tmp_path: Path
     ui.path.value = str(tmp_path / "missing.jsonl")
     assert ui.status.value.startswith("cannot read") and "No such file" in ui.status.value
     ui.path.value = str(parallel_calls(tmp_path / "two-at-once.json"))
-    assert "parallel calls" in ui.status.value and not ui.measure_button.disabled  # measurable
+    assert ui.status.value == "" and ui.priced is not None and not ui.measure_button.disabled
 
 
 def test_the_button_measures_in_the_background_and_puts_diamonds_on_the_bars() -> None:

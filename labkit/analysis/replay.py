@@ -119,10 +119,6 @@ def replay(
 # ---------------------------------------------------------------- the cost model's answer, at once
 
 
-class CannotPrice(ValueError):
-    """A recording the cost model cannot price turn for turn (one line): it can still be measured."""
-
-
 @dataclass
 class PricedReplay:
     """What the cost model predicts for a recording: ``table`` has ``replay``'s columns."""
@@ -142,8 +138,7 @@ def price(
     """The cost model's table for a recording, in well under a second: one row per (speed,
     design) with ``e2e_s``, ``ttft_mean_s``, ``speedup_vs_naive`` and ``ttft_cut_vs_naive``,
     as ``replay(...).table`` has them. Speeds take the prefill speed of the nearest catalogue
-    model, as ``labkit replay`` does. ``ReplayError`` if the file cannot be replayed,
-    ``CannotPrice`` if the model cannot price it turn for turn.
+    model, as ``labkit replay`` does. ``ReplayError`` if the file cannot be replayed.
 
     >>> priced = price(REPLAYS / "codex-websocket.jsonl", cpu=CpuCosts(), tps=(1000,))
     >>> list(priced.table["design"]), len(priced.replay.turns)
@@ -152,12 +147,6 @@ def price(
     with tempfile.TemporaryDirectory(prefix="labkit-replay-") as tmp:
         recording = load_replay(Path(source), Path(tmp))
         shape = Shape.of(recording.scenario)  # the recorded tool outputs are read back from tmp
-    turns = len(recording.turns) + recording.closing_turn
-    if len(shape.turns) != turns:  # Shape.of walks the policy's steps, one per call of a turn
-        raise CannotPrice(
-            f"the cost model counts {len(shape.turns)} turns for the recording's {turns} (it has "
-            "turns with parallel calls, which Shape.of prices as one turn per call): measure it instead"
-        )
     catalogue, loaded = load_catalogue(), load_profile(profile, default_data_dir())
     rows = []
     for speed in tps:

@@ -129,8 +129,6 @@ class ReplayLab:
                 priced = replay.price(source, cpu=self.cpu, tps=speeds)
             except (ReplayError, OSError) as e:
                 message, measurable = _one_line(source, e), False
-            except replay.CannotPrice as e:
-                message = f"{source.name}: {e}"
             else:
                 self.priced = priced.table
                 self.about.value = replay.describe(priced.replay)

@@ -52,7 +52,9 @@ class Shape:
             system = len(encode_block(*system_block(scenario.instructions, tools.specs)))
             policy = ScriptedPolicy.from_steps(scenario.steps)
             turns, new_items = [], [{"type": "message", "role": "user", "content": scenario.user}]
-            for actions in policy.steps:
+            step = 0
+            while step < len(policy.steps):
+                actions = policy.steps[step]
                 outputs = [_output_item(a) for a in actions]
                 calls = [o for o in outputs if o["type"] == "function_call"]
                 out_tokens = sum(len(encode_text(item_block(i)[1])) for i in outputs)
@@ -73,6 +75,7 @@ class Shape:
                     {"type": "function_call_output", "call_id": c["call_id"], "output": r}
                     for c, r in zip(calls, results, strict=True)
                 ]
+                step += max(1, len(calls))  # the policy's next step: one on per tool result
             return cls(system, tuple(turns))
         finally:
             tools.close()

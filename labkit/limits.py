@@ -12,3 +12,6 @@ MAX_QUEUED_CREATES = 16  # creates waiting on one WebSocket connection
 MAX_QUEUED_BYTES = 16 * 1024 * 1024  # ... and the frames they came in, together
 MAX_UNREAD_BYTES = 1024 * 1024  # events a connection's client has not read; past it they are cut
 MAX_TRACES = 10_000  # responses whose spans are kept in memory
+WS_LIFETIME_S = 60 * 60  # how long a WebSocket connection may stay open
+MAX_LANES = 32  # named lanes (``stream_id``) on one WebSocket connection
+MAX_IN_FLIGHT = 16  # responses running at once on one WebSocket connection

@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ws-lifetime",
         type=positive_number,
-        default=3600.0,
+        default=limits.WS_LIFETIME_S,
         metavar="SECONDS",
         help="how long a WebSocket connection may stay open",
     )

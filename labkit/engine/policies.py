@@ -120,9 +120,6 @@ def token_target(text: str) -> str | None:
 
 
 DEFAULT_LONG_TOKENS = 2048
-# What the generic policy writes at most in one answer, whatever the client asks for
-# (``labkit serve --max-output-tokens``): the work before the first token stays bounded.
-DEFAULT_MAX_OUTPUT_TOKENS = limits.MAX_OUTPUT_TOKENS
 
 
 def leading_sentences(max_chars: int) -> str:
@@ -203,7 +200,9 @@ class GenericPolicy:
     """Calls offered function tools up to ``max_tool_calls`` times a user turn, then answers."""
 
     max_tool_calls: int = 3
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS  # the longest answer it writes
+    # The longest answer it writes, whatever the client asks for (``labkit serve
+    # --max-output-tokens``): the work before the first token stays bounded.
+    max_output_tokens: int = limits.MAX_OUTPUT_TOKENS
 
     def act(self, ctx: TurnContext) -> list[Action]:
         call = self._choose_call(ctx)

@@ -19,7 +19,7 @@ from labkit import limits
 from labkit.api.errors import APIError, server_error
 from labkit.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
 from labkit.engine.catalogue import load_catalogue
-from labkit.engine.policies import DEFAULT_MAX_OUTPUT_TOKENS, GenericPolicy
+from labkit.engine.policies import GenericPolicy
 from labkit.engine.timing import calibrate
 from labkit.engine.tokenizer import encoding
 from labkit.paths import default_data_dir
@@ -29,7 +29,6 @@ from labkit.server.billing import Ledger
 from labkit.server.compact import compact_endpoint
 from labkit.server.database import Database
 from labkit.server.datadir import DB_ENV, default_db
-from labkit.server.http import DEFAULT_MAX_BODY_BYTES
 from labkit.server.pipeline import Pipeline
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server.shared_traces import SharedFeed, SharedTraces
@@ -38,15 +37,7 @@ from labkit.server.store import ResponseStore
 from labkit.server.timer import raise_resolution, restore_resolution
 from labkit.server.trace_stream import stream_traces
 from labkit.server.traces import TraceStore
-from labkit.server.websocket import (
-    DEFAULT_LIFETIME_S,
-    DEFAULT_MAX_QUEUED,
-    DEFAULT_MAX_QUEUED_BYTES,
-    websocket_endpoint,
-)
-
-DEFAULT_MAX_FRAME_BYTES = limits.MAX_FRAME_BYTES
-DEFAULT_MAX_TRACES = limits.MAX_TRACES
+from labkit.server.websocket import websocket_endpoint
 
 
 @dataclass
@@ -54,18 +45,18 @@ class ServerConfig:
     db: str = field(default_factory=lambda: os.environ.get(DB_ENV) or str(default_db()))
     models: str | None = None
     api_keys: list[str] = field(default_factory=list)
-    ws_lifetime_s: float = DEFAULT_LIFETIME_S
+    ws_lifetime_s: float = limits.WS_LIFETIME_S
     data_dir: Path = field(default_factory=default_data_dir)
     profile: str = DEFAULT_PROFILE
     design: str | None = None  # the default design for both transports; None: sprint / websocket
     instructor_keys: list[str] = field(default_factory=list)  # may watch every key's traces
     # Limits for a shared server (docs/protocol.md, "Limits"); None: no cap.
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # enforced by uvicorn (ws_max_size); sizes the queue
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
-    max_queued_creates: int = DEFAULT_MAX_QUEUED
+    max_body_bytes: int = limits.MAX_BODY_BYTES
+    max_frame_bytes: int = limits.MAX_FRAME_BYTES  # enforced by uvicorn (ws_max_size); sizes the queue
+    max_output_tokens: int = limits.MAX_OUTPUT_TOKENS
+    max_queued_creates: int = limits.MAX_QUEUED_CREATES
     max_unread_bytes: int = limits.MAX_UNREAD_BYTES  # per connection (WebSocket) or stream (SSE)
-    max_traces: int = DEFAULT_MAX_TRACES
+    max_traces: int = limits.MAX_TRACES
     max_connections_per_key: int | None = None
     max_requests_per_key: int | None = None
     # --workers: the room whose traces every worker shares through the database file.
@@ -127,7 +118,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         app.state.max_queued_creates = config.max_queued_creates
         app.state.max_unread_bytes = config.max_unread_bytes
         # Queued frames may together hold two of the largest frames (and at least 16 MiB).
-        app.state.max_queued_bytes = max(2 * config.max_frame_bytes, DEFAULT_MAX_QUEUED_BYTES)
+        app.state.max_queued_bytes = max(2 * config.max_frame_bytes, limits.MAX_QUEUED_BYTES)
         app.state.limits = KeyLimiter(config.max_connections_per_key, config.max_requests_per_key)
         app.state.instructors = {Keys().owner(f"Bearer {key}") for key in config.instructor_keys}
         fine_timer = raise_resolution()  # Windows: 1 ms ticks, so a 4 ms hop does not take 16 ms

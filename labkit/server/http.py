@@ -44,8 +44,6 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status)
 
 
-DEFAULT_MAX_BODY_BYTES = limits.MAX_BODY_BYTES
-DEFAULT_MAX_UNREAD_BYTES = limits.MAX_UNREAD_BYTES  # ``labkit serve --max-unread-bytes``
 LAST_FRAME_GRACE_S = 2.0  # how long a cut stream's last frame may wait for the client
 
 
@@ -55,7 +53,7 @@ async def read_body(request: Request) -> bytes:
     A declared ``content-length`` over the limit is refused before reading; a chunked body
     is read only as far as the limit, so an oversized one never sits in memory.
     """
-    limit: int = getattr(request.app.state, "max_body_bytes", DEFAULT_MAX_BODY_BYTES)
+    limit: int = getattr(request.app.state, "max_body_bytes", limits.MAX_BODY_BYTES)
     refusal = too_large(f"The request body is larger than this server's limit of {limit} bytes.")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and len(declared) < 20 and int(declared) > limit:
@@ -90,7 +88,7 @@ async def create_response(request: Request) -> Response:
         return error_response(err)
     assert turn.req is not None
     if turn.req.stream:
-        limit: int = getattr(request.app.state, "max_unread_bytes", DEFAULT_MAX_UNREAD_BYTES)
+        limit: int = getattr(request.app.state, "max_unread_bytes", limits.MAX_UNREAD_BYTES)
         client = (request.client.host, request.client.port) if request.client else None
         return StreamingResponse(
             sse_stream(pipeline, turn, limit, client),
@@ -111,7 +109,7 @@ async def _discard(event: Event) -> None:
 async def sse_stream(
     pipeline: Pipeline,
     turn: Turn,
-    limit: int = DEFAULT_MAX_UNREAD_BYTES,
+    limit: int = limits.MAX_UNREAD_BYTES,
     client: tuple[str, int] | None = None,
 ) -> AsyncIterator[bytes]:
     """Run the turn in a task and frame its events as they come; a disconnect cancels it.

@@ -4,8 +4,8 @@ A ``stream_id`` names a lane; responses on one lane run in order, lanes run conc
 Without ``stream_id`` every create goes to the default lane, which makes the connection
 strictly sequential: a create that arrives while one is running waits its turn. Each lane
 keeps its most recent response as a ``Conversation``: the connection cache, whose rules
-are ``labkit.server.render_cache``'s. A connection has at most ``MAX_LANES`` named
-lanes, and ``MAX_IN_FLIGHT`` responses running at once.
+are ``labkit.server.render_cache``'s. A connection has at most ``limits.MAX_LANES`` named
+lanes, and ``limits.MAX_IN_FLIGHT`` responses running at once.
 
 With the ``appended`` design, a lane's rollout pauses at each function call and takes
 the client's ``response.append`` (``queue_append``).
@@ -23,8 +23,6 @@ from labkit.api.requests import parse_item
 from labkit.server.turn import Conversation
 
 STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
-MAX_LANES = 32
-MAX_IN_FLIGHT = 16
 
 
 def check_stream_id(stream_id: Any) -> None:

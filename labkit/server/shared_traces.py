@@ -37,6 +37,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.limits import MAX_TRACES
 from labkit.server.database import Database
 from labkit.server.trace_stream import Subscriber, TraceFeed
 
@@ -88,7 +89,7 @@ class SharedTraces:
     (True, [])
     """
 
-    def __init__(self, database: Database, room: str, capacity: int = 10_000) -> None:
+    def __init__(self, database: Database, room: str, capacity: int = MAX_TRACES) -> None:
         self._db, self._lock = database.conn, database.lock
         self.room = room
         self.capacity = capacity

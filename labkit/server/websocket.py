@@ -12,7 +12,7 @@ each function call and resumes on the client's ``response.append``.
 
 Lanes (``labkit.server.lanes``): a ``stream_id`` names a lane; responses on one lane run
 in order, lanes run concurrently. A connection holds a bounded amount for its client: at
-most ``MAX_LANES`` lanes, ``MAX_IN_FLIGHT`` responses running, and ``max_queued``
+most ``limits.MAX_LANES`` lanes, ``limits.MAX_IN_FLIGHT`` responses running, and ``max_queued``
 creates (and ``max_queued_bytes`` of their frames) waiting; a create past those is
 answered with an error event (``websocket_queue_full``), never held. Whatever a frame
 holds, the worst it gets is an error event: the socket stays open and every lane keeps
@@ -30,27 +30,22 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from labkit import limits
 from labkit.api import safejson
 from labkit.api.errors import APIError, as_api_error, invalid_request, rate_limited, server_error
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.designs import Design, select_design
 from labkit.engine.inference import Replica
+from labkit.limits import MAX_IN_FLIGHT, MAX_LANES, MAX_QUEUED_BYTES, MAX_QUEUED_CREATES, MAX_UNREAD_BYTES
 from labkit.server.appended import respond_appended
 from labkit.server.auth import KeyLimiter
-from labkit.server.lanes import MAX_IN_FLIGHT, MAX_LANES, Lane, check_stream_id, queue_append
+from labkit.server.lanes import Lane, check_stream_id, queue_append
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.responder import cut, prepare, respond
 from labkit.server.traces import Span, Trace
 from labkit.server.turn import Turn
 from labkit.server.ws_writer import ConnectionWriter, close
-
-DEFAULT_LIFETIME_S = 60 * 60
-DEFAULT_MAX_QUEUED = limits.MAX_QUEUED_CREATES  # ``labkit serve --max-queued-creates``
-DEFAULT_MAX_QUEUED_BYTES = limits.MAX_QUEUED_BYTES
-DEFAULT_MAX_UNREAD_BYTES = limits.MAX_UNREAD_BYTES  # ``labkit serve --max-unread-bytes``
 
 
 class WebSocketSession:
@@ -63,9 +58,9 @@ class WebSocketSession:
         lifetime_s: float,
         setup: list[Span] | None = None,
         *,
-        max_queued: int = DEFAULT_MAX_QUEUED,
-        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
-        max_unread_bytes: int = DEFAULT_MAX_UNREAD_BYTES,
+        max_queued: int = MAX_QUEUED_CREATES,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
+        max_unread_bytes: int = MAX_UNREAD_BYTES,
         limits: KeyLimiter | None = None,
     ) -> None:
         self.ws = ws
@@ -313,9 +308,9 @@ async def websocket_endpoint(ws: WebSocket) -> None:
             design,
             state.ws_lifetime_s,
             trace.spans,
-            max_queued=getattr(state, "max_queued_creates", DEFAULT_MAX_QUEUED),
-            max_queued_bytes=getattr(state, "max_queued_bytes", DEFAULT_MAX_QUEUED_BYTES),
-            max_unread_bytes=getattr(state, "max_unread_bytes", DEFAULT_MAX_UNREAD_BYTES),
+            max_queued=getattr(state, "max_queued_creates", MAX_QUEUED_CREATES),
+            max_queued_bytes=getattr(state, "max_queued_bytes", MAX_QUEUED_BYTES),
+            max_unread_bytes=getattr(state, "max_unread_bytes", MAX_UNREAD_BYTES),
             limits=limits,
         )
         try:

@@ -21,14 +21,14 @@ from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.shape import Shape
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
-from labkit.scenarios import load_scenario
+from labkit.scenarios import DEFAULT_SCENARIO, load_scenario
 from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--tps", type=float, default=1000)
-    parser.add_argument("--scenario", default="fix-failing-test")
+    parser.add_argument("--scenario", default=DEFAULT_SCENARIO)
     parser.add_argument("--profile", default=DEFAULT_PROFILE)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")

@@ -26,6 +26,7 @@ import time
 
 import httpx
 
+from labkit.client.agent import DEFAULT_MODEL
 from labkit.server.handle import LabkitServer
 
 HEADERS = {"Authorization": "Bearer sk-labkit-bench"}
@@ -70,7 +71,7 @@ class Poller:
 
 def measure(base_url: str, kind: str, mib: float) -> dict[str, float]:
     text = text_of(kind, int(mib * 1024 * 1024) - 4096)  # room for the rest of the body
-    body = {"model": "labkit-spark", "input": text, "max_output_tokens": 16, "store": False}
+    body = {"model": DEFAULT_MODEL, "input": text, "max_output_tokens": 16, "store": False}
     health = base_url.removesuffix("/v1") + "/healthz"
     with Poller(health) as poller, httpx.Client(timeout=300, headers=HEADERS) as client:
         time.sleep(0.3)  # a few quiet polls first

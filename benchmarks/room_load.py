@@ -1,8 +1,8 @@
 """A workshop room on one server: N learners at once, each on a WebSocket connection of their own.
 
 Starts ``labkit serve --profile PROFILE --workers W`` on loopback with a temporary database and
-runs the default agent rollout (scenario ``fix-failing-test``, model ``labkit-spark``, design
-``websocket``: the official SDK's WebSocket mode, real tools on a sandbox copy per learner),
+runs the default agent rollout (labkit's default scenario and model, or ``--scenario`` and ``--model``;
+design ``websocket``: the official SDK's WebSocket mode, real tools on a sandbox copy per learner),
 first alone on a single connection (``--single`` rollouts, one after the other: the baseline),
 then on ``--connections`` connections at once, a thread each, all released together as a room
 is when the instructor says "run it".
@@ -54,10 +54,10 @@ from typing import Any
 import httpx
 
 from labkit.api.extensions import TRACES_PATH
-from labkit.client.agent import TurnRecord, run_rollout
+from labkit.client.agent import DEFAULT_MODEL, TurnRecord, run_rollout
 from labkit.client.room import DEFAULT_KEY
 from labkit.paths import default_data_dir
-from labkit.scenarios import Scenario, load_scenario
+from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 from labkit.server.auth import Keys
 from labkit.server.handle import LabkitServer
 
@@ -107,7 +107,7 @@ def never_reading_socket(
     *,
     key: str = HOSTILE_KEY,
     answers: int = HOSTILE_ANSWERS,
-    model: str = "labkit-spark",
+    model: str = DEFAULT_MODEL,
     text: str = HOSTILE_INPUT,
     rcvbuf: int = HOSTILE_RCVBUF,
     timeout_s: float = 10.0,
@@ -182,6 +182,7 @@ class RoomResult:
     scenario: str
     single: Phase
     room: Phase
+    model: str = DEFAULT_MODEL
     hostile: int = 0  # never-reading sockets beside the room's second run (``--hostile``)
     hostile_room: Phase | None = None  # that second run, as the room's learners saw it
     max_unread_bytes: int | None = None  # labkit serve --max-unread-bytes, None: its default
@@ -252,8 +253,8 @@ def run_room(
     connections: int = 64,
     workers: int = 1,
     profile: str = "room",
-    scenario: str = "fix-failing-test",
-    model: str = "labkit-spark",
+    scenario: str = DEFAULT_SCENARIO,
+    model: str = DEFAULT_MODEL,
     single: int = 3,
     deadline_s: float = 600.0,
     hostile: int = 0,
@@ -264,7 +265,7 @@ def run_room(
     chosen = load_scenario(scenario, default_data_dir())
     single_phase, room_phase = Phase("single", 1), Phase("room", connections)
     result = RoomResult(connections, workers, profile, chosen.name, single_phase, room_phase)
-    result.hostile, result.max_unread_bytes = hostile, max_unread_bytes
+    result.model, result.hostile, result.max_unread_bytes = model, hostile, max_unread_bytes
     args = ["--profile", profile]
     if max_unread_bytes is not None:
         args += ["--max-unread-bytes", str(max_unread_bytes)]
@@ -380,7 +381,7 @@ def format_table(result: RoomResult) -> str:
         f"| {_ms(room.percentile(99))} ({_ms(single.percentile(99))}) "
         f"| {rss_mb:.0f} MB |",
         "",
-        f"profile {result.profile}, scenario {result.scenario}, model labkit-spark, design {DESIGN}",
+        f"profile {result.profile}, scenario {result.scenario}, model {result.model}, design {DESIGN}",
         f"room: {room.rollouts} rollouts, {room.responses:,} responses in {room.wall_s:.1f} s; "
         f"single: {single.rollouts} rollouts, {single.responses} responses in {single.wall_s:.1f} s",
         f"engine queue wait in the room (server spans of {len(result.queue_s):,} responses): "
@@ -435,8 +436,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connections", type=int, default=64, help="learners, each on its own WebSocket")
     parser.add_argument("--workers", type=int, default=1, help="labkit serve --workers")
     parser.add_argument("--profile", default="room", help="labkit serve --profile")
-    parser.add_argument("--scenario", default="fix-failing-test", help="a scenario or synthetic:...")
-    parser.add_argument("--model", default="labkit-spark")
+    parser.add_argument("--scenario", default=DEFAULT_SCENARIO, help="a scenario or synthetic:...")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--single", type=int, default=3, help="baseline rollouts on a single connection")
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds the room may take at most")
     parser.add_argument(

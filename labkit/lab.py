@@ -63,13 +63,13 @@ from labkit.analysis.replay import replay
 from labkit.analysis.shape import Shape
 from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
-from labkit.client.agent import Rollout, Toolbox, TurnRecord, fetch_spans
+from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, TurnRecord, fetch_spans
 from labkit.client.room import RoomServer, joined
 from labkit.client.trace_watch import TraceWatcher
 from labkit.designs import DESIGNS, Design, compose, plan_rows
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
-from labkit.scenarios import Scenario, load_scenario
+from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 from labkit.server.handle import LabkitServer
 from labkit.server.profiles import DEFAULT_PROFILE, Profile, load_profile
 
@@ -126,10 +126,6 @@ __all__ = [
     "what_if_lab",
     "whatif",
 ]
-
-DEFAULT_SCENARIO = "fix-failing-test"
-DEFAULT_MODEL = "labkit-spark"
-
 
 def about() -> str:
     """One line on what is running: labkit's version, Python, this machine's cores.

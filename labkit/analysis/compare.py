@@ -21,7 +21,7 @@ from labkit.client.agent import Rollout
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import Catalogue, ModelSpec, load_catalogue
 from labkit.paths import default_data_dir
-from labkit.scenarios import Scenario, load_scenario, synthetic
+from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario, synthetic
 from labkit.server.handle import LabkitServer
 from labkit.server.profiles import DEFAULT_PROFILE
 
@@ -78,7 +78,7 @@ def _plain(number: float) -> str:
 def compare(
     *,
     tps: Sequence[float] = DEFAULT_TPS,
-    scenario: str | Scenario = "fix-failing-test",
+    scenario: str | Scenario = DEFAULT_SCENARIO,
     profile: str = DEFAULT_PROFILE,
     repeat: int = 1,
     designs: Sequence[str] = tuple(DESIGNS),

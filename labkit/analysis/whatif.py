@@ -40,21 +40,25 @@ from labkit.analysis.cost_model import predict as price
 from labkit.analysis.metrics import summary
 from labkit.analysis.tables import E2E, TTFT, saved
 from labkit.api.stages import bucket_of
+from labkit.client.agent import DEFAULT_MODEL
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import builtin_data_dir
-from labkit.scenarios import synthetic
+from labkit.scenarios import DEFAULT_SCENARIO, SYNTHETIC_DEFAULTS, load_scenario, synthetic
 from labkit.server.profiles import DEFAULT_PROFILE, Profile, load_profile, profile_toml
 
 MODEL = "labkit-whatif"
-_PROFILE = load_profile(DEFAULT_PROFILE, builtin_data_dir())  # the defaults' source
-_FAST_MODEL = load_catalogue().resolve("labkit-spark")
+# The defaults' sources: the profile, the model, and the scripted task's number of turns.
+_PROFILE = load_profile(DEFAULT_PROFILE, builtin_data_dir())
+_FAST_MODEL = load_catalogue().resolve(DEFAULT_MODEL)
+_SCRIPTED_TURNS = load_scenario(DEFAULT_SCENARIO, builtin_data_dir()).turns
 
 
 @dataclass(frozen=True)
 class Settings:
     """One what-if point. Times in ms, speeds in tokens/s, sizes in tokens. The defaults are the
-    ``production-like`` profile's and the fast coding model's (``labkit-spark``)."""
+    ``production-like`` profile's, the fast coding model's (``DEFAULT_MODEL``), the scripted task's
+    number of turns and a synthetic scenario's sizes (``SYNTHETIC_DEFAULTS``)."""
 
     decode_tps: float = _FAST_MODEL.decode_tps
     prefill_tps: float = _FAST_MODEL.prefill_tps
@@ -65,10 +69,10 @@ class Settings:
     billing_ms: float = float(_PROFILE.billing.hop_ms)
     classifier_ms_per_1k: float = float(_PROFILE.safety.ms_per_1k_tokens)
     fast_classifier_ms_per_1k: float = float(_PROFILE.safety.fast_ms_per_1k_tokens)
-    turns: int = 19
-    output_tokens: int = 60  # each turn's sampled output: a short call or a short answer
-    tool_tokens: int = 1000
-    instruction_tokens: int = 8000
+    turns: int = _SCRIPTED_TURNS
+    output_tokens: int = SYNTHETIC_DEFAULTS["output_tokens"]  # each turn's: a short call or a short answer
+    tool_tokens: int = SYNTHETIC_DEFAULTS["tool_tokens"]
+    instruction_tokens: int = SYNTHETIC_DEFAULTS["instruction_tokens"]
     tool_ms: float = 0.0  # how long the client's tool takes each turn
     cpu_factor: float = 1.0  # this machine's CPU costs times this: 2 is a laptop twice as slow
     reconnect_rate: float = 0.0  # the share of WebSocket turns that find the connection gone

@@ -32,7 +32,7 @@ from labkit.cli.replay import add_replay_parser
 from labkit.cli.serve import serve
 from labkit.designs import DESIGNS
 from labkit.paths import default_data_dir
-from labkit.scenarios import SYNTHETIC, SYNTHETIC_DEFAULTS
+from labkit.scenarios import DEFAULT_SCENARIO, SYNTHETIC, SYNTHETIC_DEFAULTS
 from labkit.server.profiles import DEFAULT_PROFILE
 
 DESCRIPTION = (
@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--scenario",
-        default="fix-failing-test",
+        default=DEFAULT_SCENARIO,
         metavar="NAME",
         help=f"a scenario in data/scenarios, or {SYNTHETIC}:KEY=N,... "
         f"with keys {', '.join(SYNTHETIC_DEFAULTS)}",

@@ -30,13 +30,14 @@ from labkit.client.tools import TOOL_SPECS, run_tool
 from labkit.client.transports import TurnRequest, TurnResult, open_transport
 from labkit.engine.policies import text_of_tokens
 from labkit.paths import default_data_dir
-from labkit.scenarios import Scenario, load_scenario
+from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 
 if TYPE_CHECKING:
     import pandas as pd
 
 Item = dict[str, Any]
 MAX_TURNS = 100
+DEFAULT_MODEL = "labkit-spark"  # the fast coding model (1,000 tokens/s): what a rollout asks for unless told
 
 
 @dataclass
@@ -112,7 +113,7 @@ def run_rollout(
     design: str,
     scenario: Scenario,
     *,
-    model: str = "labkit-spark",
+    model: str = DEFAULT_MODEL,
     api_key: str | None = None,
     fresh_connection: bool = False,
     prompt_cache_key: bool = True,
@@ -233,7 +234,7 @@ class Rollout:
         cls,
         base_url: str,
         design: str,
-        scenario: str | Scenario = "fix-failing-test",
+        scenario: str | Scenario = DEFAULT_SCENARIO,
         *,
         on_turn: Callable[[TurnRecord], None] | None = None,
         **options: Any,
@@ -248,7 +249,7 @@ class Rollout:
     def play(
         self,
         base_url: str,
-        scenario: str | Scenario = "fix-failing-test",
+        scenario: str | Scenario = DEFAULT_SCENARIO,
         *,
         data_dir: Path | None = None,
         api_key: str | None = None,

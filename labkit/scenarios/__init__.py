@@ -20,6 +20,7 @@ from typing import Any
 
 from labkit.engine.policies import text_of_tokens
 
+DEFAULT_SCENARIO = "fix-failing-test"  # the scripted task a rollout runs unless told otherwise
 SYNTHETIC = "synthetic"
 SYNTHETIC_DEFAULTS = {"turns": 20, "output_tokens": 60, "tool_tokens": 1000, "instruction_tokens": 8000}
 # The largest value of each parameter: a scenario is built on the server from a name any
@@ -68,7 +69,10 @@ class Scenario:
 
 
 def synthetic(
-    turns: int = 20, output_tokens: int = 60, tool_tokens: int = 1000, instruction_tokens: int = 8000
+    turns: int = SYNTHETIC_DEFAULTS["turns"],
+    output_tokens: int = SYNTHETIC_DEFAULTS["output_tokens"],
+    tool_tokens: int = SYNTHETIC_DEFAULTS["tool_tokens"],
+    instruction_tokens: int = SYNTHETIC_DEFAULTS["instruction_tokens"],
 ) -> Scenario:
     """A generated rollout: ``turns - 1`` calls to ``fetch``, then a final answer.
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from labkit.api.event_types import ERROR
+
 
 class APIError(Exception):
     """An error answered to the client; the server keeps serving."""
@@ -45,13 +47,13 @@ class APIError(Exception):
         with no specific code carries its type.
         """
         fields = {**self.fields(), "code": self.code or self.type}
-        return {"type": "error", "status": self.status, "error": fields}
+        return {"type": ERROR, "status": self.status, "error": fields}
 
     def sse_event(self, sequence_number: int) -> dict[str, Any]:
         """SSE: the error's fields flat (as the official SDK reads them) and nested under
         ``error`` (as the Open Responses specification has them)."""
         return {
-            "type": "error",
+            "type": ERROR,
             "code": self.code,
             "message": self.message,
             "param": self.param,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from labkit.api.responses import TERMINAL_EVENT
+from labkit.api import event_types as types
 from labkit.api.responses import finish as finish_response
 
 Event = dict[str, Any]
@@ -65,13 +65,13 @@ class ResponseEvents:
 
     def start(self) -> list[Event]:
         return [
-            self._event("response.created", response=self._snapshot()),
-            self._event("response.in_progress", response=self._snapshot()),
+            self._event(types.RESPONSE_CREATED, response=self._snapshot()),
+            self._event(types.RESPONSE_IN_PROGRESS, response=self._snapshot()),
         ]
 
     def finish(self, status: str, usage: dict[str, Any], incomplete_reason: str | None = None) -> Event:
         finish_response(self.response, status, usage, incomplete_reason=incomplete_reason)
-        return self._event(TERMINAL_EVENT[status], response=self._snapshot())
+        return self._event(types.TERMINAL_EVENT[status], response=self._snapshot())
 
     @property
     def output_index(self) -> int:
@@ -91,12 +91,12 @@ class ResponseEvents:
         part = {"type": "output_text", "text": "", "annotations": []}
         return [
             self._event(
-                "response.output_item.added",
+                types.OUTPUT_ITEM_ADDED,
                 output_index=self.output_index,
                 item=json_copy(self._item),
             ),
             self._event(
-                "response.content_part.added",
+                types.CONTENT_PART_ADDED,
                 item_id=item_id,
                 output_index=self.output_index,
                 content_index=0,
@@ -116,7 +116,7 @@ class ResponseEvents:
         self._text = []
         return [
             self._event(
-                "response.output_item.added",
+                types.OUTPUT_ITEM_ADDED,
                 output_index=self.output_index,
                 item=json_copy(self._item),
             )
@@ -131,7 +131,7 @@ class ResponseEvents:
         number, self.sequence_number = self.sequence_number, self.sequence_number + 1
         if item["type"] == "message":
             return {
-                "type": "response.output_text.delta",
+                "type": types.OUTPUT_TEXT_DELTA,
                 "item_id": item["id"],
                 "output_index": len(self.response["output"]),
                 "content_index": 0,
@@ -140,7 +140,7 @@ class ResponseEvents:
                 "sequence_number": number,
             }
         return {
-            "type": "response.function_call_arguments.delta",
+            "type": types.ARGUMENTS_DELTA,
             "item_id": item["id"],
             "output_index": len(self.response["output"]),
             "delta": text,
@@ -158,13 +158,13 @@ class ResponseEvents:
             part = {"type": "output_text", "text": text, "annotations": []}
             item["content"] = [part]
             common = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            events.append(self._event("response.output_text.done", **common, text=text, logprobs=[]))
-            events.append(self._event("response.content_part.done", **common, part=part))
+            events.append(self._event(types.OUTPUT_TEXT_DONE, **common, text=text, logprobs=[]))
+            events.append(self._event(types.CONTENT_PART_DONE, **common, part=part))
         else:
             item["arguments"] = text
             events.append(
                 self._event(
-                    "response.function_call_arguments.done",
+                    types.ARGUMENTS_DONE,
                     item_id=item["id"],
                     output_index=index,
                     name=item["name"],
@@ -172,7 +172,7 @@ class ResponseEvents:
                 )
             )
         self.response["output"].append(item)
-        events.append(self._event("response.output_item.done", output_index=index, item=json_copy(item)))
+        events.append(self._event(types.OUTPUT_ITEM_DONE, output_index=index, item=json_copy(item)))
         self._item = None
         return events
 
@@ -184,7 +184,7 @@ class ResponseEvents:
         The response stays open; the client answers with ``response.append``.
         """
         return self._event(
-            "response.done",
+            types.RESPONSE_DONE,
             response_id=self.response["id"],
             status="requires_action",
             pending_calls=json_copy([item for item in pending if item["type"] == "function_call"]),

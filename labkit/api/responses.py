@@ -11,15 +11,6 @@ from typing import Any
 
 from labkit.api.requests import CreateRequest
 
-TERMINAL_EVENT = {
-    "completed": "response.completed",
-    "incomplete": "response.incomplete",
-    "failed": "response.failed",
-    "cancelled": "response.cancelled",
-}
-TERMINAL_EVENTS = tuple(TERMINAL_EVENT.values())
-DELTA_EVENTS = ("response.output_text.delta", "response.function_call_arguments.delta")
-
 # The tier a requested service tier is served at (labkit has one: every request runs the same way).
 SERVICE_TIER_USED = {"auto": "default", "fast": "priority"}
 # A function tool's fields that the Response always carries, null when the request left them out.

@@ -23,8 +23,17 @@ from typing import Any, Protocol
 from openai import DefaultHttpxClient, OpenAI
 from websockets.sync.client import ClientConnection, connect
 
+from labkit.api.event_types import (
+    DELTA_EVENTS,
+    ERROR,
+    OUTPUT_ITEM_DONE,
+    RESPONSE_APPEND,
+    RESPONSE_CREATE,
+    RESPONSE_CREATED,
+    RESPONSE_DONE,
+    TERMINAL_EVENTS,
+)
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
-from labkit.api.responses import DELTA_EVENTS, TERMINAL_EVENTS
 from labkit.designs import Design, compose
 
 Item = dict[str, Any]
@@ -165,7 +174,7 @@ class StatelessHTTP:
                     timer.see(event.type)
                     if event.type in TERMINAL_EVENTS:
                         result = timer.result(event.response.model_dump(mode="json"))
-                    elif event.type == "error":
+                    elif event.type == ERROR:
                         raise TurnFailed(str(event))
             if result is None:
                 raise TurnFailed("the stream ended without a terminal event")
@@ -214,7 +223,7 @@ class WebSocketMode:
                 result = timer.result(event.response.model_dump(mode="json"))
                 self._previous = result.response_id
                 return result
-            if event.type == "error":
+            if event.type == ERROR:
                 raise TurnFailed(str(event))
         raise TurnFailed("the socket closed before a terminal event")
 
@@ -245,9 +254,9 @@ class AppendedRollout:
             )
         timer.building()
         if self._response_id is None:
-            self._send({"type": "response.create", "input": request.history, **_create_body(request)})
+            self._send({"type": RESPONSE_CREATE, "input": request.history, **_create_body(request)})
         else:
-            self._send({"type": "response.append", "response_id": self._response_id, "input": request.new})
+            self._send({"type": RESPONSE_APPEND, "response_id": self._response_id, "input": request.new})
         timer.request_left()
         output: list[Item] = []
         while True:
@@ -255,15 +264,15 @@ class AppendedRollout:
             event = json.loads(self._ws.recv())
             kind = event["type"]
             timer.see(kind)
-            if kind == "response.created":
+            if kind == RESPONSE_CREATED:
                 self._response_id = event["response"]["id"]
-            elif kind == "response.output_item.done":
+            elif kind == OUTPUT_ITEM_DONE:
                 output.append(event["item"])
-            elif kind == "response.done":  # paused on tool calls: this turn is over
+            elif kind == RESPONSE_DONE:  # paused on tool calls: this turn is over
                 return timer.result({"id": event["response_id"], "status": "requires_action"}, output)
             elif kind in TERMINAL_EVENTS:
                 return timer.result(event["response"], output)
-            elif kind == "error":
+            elif kind == ERROR:
                 raise TurnFailed(json.dumps(event))
 
     def _send(self, frame: dict[str, Any]) -> None:

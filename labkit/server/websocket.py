@@ -32,6 +32,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from labkit.api import safejson
 from labkit.api.errors import APIError, as_api_error, invalid_request, rate_limited, server_error
+from labkit.api.event_types import RESPONSE_APPEND, RESPONSE_CREATE
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.designs import Design, select_design
@@ -158,7 +159,7 @@ class WebSocketSession:
             return
         kind = payload["type"]
         try:
-            if kind == "response.create":
+            if kind == RESPONSE_CREATE:
                 lane = self.lane(payload.get("stream_id"))
                 size = len(frame)
                 behind = lane.busy or not lane.queue.empty()  # an idle lane starts it at once
@@ -175,7 +176,7 @@ class WebSocketSession:
                 body = {k: v for k, v in payload.items() if k not in ("type", "stream_id", "stream")}
                 self.queued, self.queued_bytes = self.queued + behind, self.queued_bytes + size
                 lane.queue.put_nowait((body, size, behind))
-            elif kind == "response.append" and self.design.appended:
+            elif kind == RESPONSE_APPEND and self.design.appended:
                 queue_append(self.lanes, payload, self.max_queued)
             else:
                 raise invalid_request(f"Unsupported event type '{kind}'.", param="type", code="unknown_event")

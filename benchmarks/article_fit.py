@@ -33,8 +33,8 @@ from labkit.analysis.article_fit import CPU_FIELDS, Basis, FitInputs, model_outc
 from labkit.analysis.compare import compare, stderr_progress
 from labkit.analysis.cost_model import CpuCosts, Shape
 from labkit.paths import default_data_dir
+from labkit.profiles import load_profile
 from labkit.scenarios import load_scenario
-from labkit.server.profiles import load_profile
 
 
 def median_costs(runs: int = 5) -> CpuCosts:

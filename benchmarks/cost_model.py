@@ -21,8 +21,8 @@ from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.shape import Shape
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
+from labkit.profiles import DEFAULT_PROFILE, load_profile
 from labkit.scenarios import DEFAULT_SCENARIO, load_scenario
-from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 
 
 def main() -> None:

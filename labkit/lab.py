@@ -69,9 +69,9 @@ from labkit.client.trace_watch import TraceWatcher
 from labkit.designs import DESIGNS, Design, compose, plan_rows
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
+from labkit.profiles import DEFAULT_PROFILE, Profile, load_profile
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 from labkit.server.handle import LabkitServer
-from labkit.server.profiles import DEFAULT_PROFILE, Profile, load_profile
 
 if TYPE_CHECKING:
     import pandas as pd

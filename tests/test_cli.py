@@ -16,7 +16,7 @@ import pytest
 from labkit import __version__
 from labkit.designs import DESIGNS
 from labkit.paths import default_data_dir
-from labkit.server.profiles import known_profiles
+from labkit.profiles import known_profiles
 
 TIMEOUT_S = 30
 

@@ -9,7 +9,7 @@ import pytest
 from labkit.analysis.cost_model import end_to_end, mean_ttft, predict
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.shape import Shape, TurnShape
-from labkit.server.profiles import (
+from labkit.profiles import (
     Auth,
     Billing,
     Engine,

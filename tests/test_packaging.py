@@ -186,7 +186,7 @@ def setuptools_can_build_here() -> bool:
 FIND_DATA = """
 import json, labkit, labkit.paths
 from labkit.scenarios import load_scenario
-from labkit.server.profiles import load_profile, profile_dirs
+from labkit.profiles import load_profile, profile_dirs
 
 data = labkit.paths.default_data_dir()
 scenario = load_scenario(SCENARIO, data)

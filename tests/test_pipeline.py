@@ -46,9 +46,9 @@ from labkit.client.transports import StatelessHTTP, Transport, TurnRequest, Turn
 from labkit.engine.render import encode_block, item_block
 from labkit.engine.tokenizer import encode_text
 from labkit.paths import default_data_dir
+from labkit.profiles import Network, Safety, load_profile
 from labkit.scenarios import synthetic
 from labkit.server.handle import LabkitServer
-from labkit.server.profiles import Network, Safety, load_profile
 from labkit.server.safety import classifier_texts, scan
 
 MODEL = "labkit-spark"

@@ -16,9 +16,9 @@ from types import ModuleType
 
 import pytest
 
+from labkit.profiles import load_profile
 from labkit.server.billing import OVERLAPPED_CONCURRENCY, Billing, Charge, Ledger
 from labkit.server.database import Database
-from labkit.server.profiles import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = "synthetic:turns=4,output_tokens=20,tool_tokens=300,instruction_tokens=1000"

@@ -13,7 +13,7 @@ import pytest
 from labkit.analysis import whatif
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.whatif_ui import CUSTOM, WhatIfLab
-from labkit.server.profiles import load_profile, profile_toml
+from labkit.profiles import load_profile, profile_toml
 
 CPU = CpuCosts()
 SMALL = whatif.Settings(turns=3, tool_tokens=150, instruction_tokens=300, rtt_ms=4, auth_ms=1, billing_ms=1)

@@ -17,8 +17,8 @@ from labkit.client.agent import Rollout
 from labkit.designs import compose
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import builtin_data_dir
+from labkit.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server.handle import LabkitServer
-from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 
 CPU = CpuCosts()
 POINT = whatif.Settings(turns=6, tool_tokens=400, instruction_tokens=1000)

@@ -36,8 +36,8 @@ import pandas as pd
 from labkit.analysis.cost_model import CpuCosts, Prediction, Shape, predict
 from labkit.engine.catalogue import UnknownModel, load_catalogue
 from labkit.paths import builtin_data_dir, default_data_dir
+from labkit.profiles import SECTIONS, Profile, load_profile
 from labkit.scenarios import ScenarioNotFound, load_scenario
-from labkit.server.profiles import SECTIONS, Profile, load_profile
 
 FIT_FILE = builtin_data_dir() / "fits" / "articles.toml"
 OUTCOMES = ("ttft_cut", "saved")  # 1 - mean TTFT (or end to end) of the design / of the baseline
@@ -215,7 +215,7 @@ def read_inputs(path: Path = FIT_FILE, *, cpu: CpuCosts | None = None) -> FitInp
 def with_values(base: Profile, parameters: Sequence[Parameter], values: Sequence[float]) -> Profile:
     """``base`` with each parameter's field set (a share multiplies the field it is a share of).
 
-    >>> from labkit.server.profiles import load_profile
+    >>> from labkit.profiles import load_profile
     >>> base = load_profile("production-like", builtin_data_dir())
     >>> p = with_values(base, read_inputs().parameters, [5, 6, 8, 12, 20, 1.0, 0.5, 0.3, 10])
     >>> p.network.rtt_ms, p.safety.fast_hop_ms

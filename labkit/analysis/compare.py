@@ -21,9 +21,9 @@ from labkit.client.agent import Rollout
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import Catalogue, ModelSpec, load_catalogue
 from labkit.paths import default_data_dir
+from labkit.profiles import DEFAULT_PROFILE
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario, synthetic
 from labkit.server.handle import LabkitServer
-from labkit.server.profiles import DEFAULT_PROFILE
 
 DEFAULT_TPS = (65, 1000, 4000)
 

@@ -30,7 +30,7 @@ from labkit.analysis.shape import Shape
 from labkit.analysis.stage_prices import PRICES, Progress, Rates, Work, build_seconds, free
 from labkit.api.stages import ClientStep, Stage, bucket_of
 from labkit.designs import Design, compose
-from labkit.server.profiles import Profile
+from labkit.profiles import Profile
 
 if TYPE_CHECKING:
     import pandas as pd

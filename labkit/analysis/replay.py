@@ -26,8 +26,8 @@ from labkit.analysis.cost_model import CpuCosts, Shape, predict
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import DATA_ENV, builtin_data_dir, default_data_dir
+from labkit.profiles import DEFAULT_PROFILE, load_profile
 from labkit.scenarios.replay import Replay, load_replay
-from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 
 DEFAULT_REPLAY_TPS = (65, 1000)
 REPLAYS = builtin_data_dir() / "replays"  # the recorded sessions labkit ships

@@ -7,7 +7,7 @@ render cache's reuse, the prefix cache's half block); each stage has one pricing
 >>> from labkit.analysis.cpu_costs import CpuCosts
 >>> from labkit.designs import compose
 >>> from labkit.paths import default_data_dir
->>> from labkit.server.profiles import load_profile
+>>> from labkit.profiles import load_profile
 >>> local = load_profile("local", default_data_dir())
 >>> rates = Rates(compose("naive"), local, CpuCosts(), 1000, prefill_tps=20000, fresh_connection=False)
 >>> work = Work(False, False, sent=0, sent_items=0, scanned=0, rendered=0, uncached=0, decoded=250, checked=0)
@@ -24,7 +24,7 @@ from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.shape import Shape, TurnShape
 from labkit.api.stages import Stage
 from labkit.designs import Design, Over, Runs, Step
-from labkit.server.profiles import Profile
+from labkit.profiles import Profile
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,8 @@ from labkit.client.agent import DEFAULT_MODEL
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import builtin_data_dir
+from labkit.profiles import DEFAULT_PROFILE, Profile, load_profile, profile_toml
 from labkit.scenarios import DEFAULT_SCENARIO, SYNTHETIC_DEFAULTS, load_scenario, synthetic
-from labkit.server.profiles import DEFAULT_PROFILE, Profile, load_profile, profile_toml
 
 MODEL = "labkit-whatif"
 # The defaults' sources: the profile, the model, and the scripted task's number of turns.

@@ -32,8 +32,8 @@ from labkit.cli.replay import add_replay_parser
 from labkit.cli.serve import serve
 from labkit.designs import DESIGNS
 from labkit.paths import default_data_dir
+from labkit.profiles import DEFAULT_PROFILE
 from labkit.scenarios import DEFAULT_SCENARIO, SYNTHETIC, SYNTHETIC_DEFAULTS
-from labkit.server.profiles import DEFAULT_PROFILE
 
 DESCRIPTION = (
     "labkit: a Responses API server on a simulated inference engine. "

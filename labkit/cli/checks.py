@@ -18,8 +18,8 @@ from typing import Any
 
 from labkit.designs import DesignSpecError, compose
 from labkit.engine.catalogue import BUILTIN_MODELS, MODELS_ENV, load_catalogue
+from labkit.profiles import known_profiles, load_profile
 from labkit.scenarios import SYNTHETIC, SYNTHETIC_DEFAULTS, ScenarioNotFound, load_scenario
-from labkit.server.profiles import known_profiles, load_profile
 
 
 class CommandError(Exception):

@@ -14,7 +14,7 @@ from typing import Any
 from labkit.cli.checks import CommandError, check_models, check_profile, design_names, positive_count, speeds
 from labkit.designs import DESIGNS
 from labkit.paths import default_data_dir
-from labkit.server.profiles import DEFAULT_PROFILE
+from labkit.profiles import DEFAULT_PROFILE
 
 HELP = "replay a recorded session (a Codex CLI rollout-*.jsonl, or a transcript) through every design"
 

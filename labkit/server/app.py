@@ -23,6 +23,7 @@ from labkit.engine.policies import GenericPolicy
 from labkit.engine.timing import calibrate
 from labkit.engine.tokenizer import encoding
 from labkit.paths import default_data_dir
+from labkit.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server import http
 from labkit.server.auth import KeyLimiter, Keys, RequestsPerKey
 from labkit.server.billing import Ledger
@@ -30,7 +31,6 @@ from labkit.server.compact import compact_endpoint
 from labkit.server.database import Database
 from labkit.server.datadir import DB_ENV, default_db
 from labkit.server.pipeline import Pipeline
-from labkit.server.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server.shared_traces import SharedFeed, SharedTraces
 from labkit.server.shutdown import ShutdownNotice
 from labkit.server.store import ResponseStore

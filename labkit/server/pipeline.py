@@ -29,12 +29,12 @@ from labkit.api.stages import Stage
 from labkit.engine import timing
 from labkit.engine.catalogue import Catalogue
 from labkit.engine.policies import GenericPolicy, Policy
+from labkit.profiles import Profile
 from labkit.server.auth import Keys
 from labkit.server.billing import Billing, Ledger
 from labkit.server.network import ConnectionTracker
 from labkit.server.post_inference import PostInference
 from labkit.server.pre_inference import PreInference
-from labkit.server.profiles import Profile
 from labkit.server.render_cache import Renderings
 from labkit.server.routing import Router, serve_as
 from labkit.server.sampling import Emit, Sampling

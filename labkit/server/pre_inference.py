@@ -25,8 +25,8 @@ from labkit.api.stages import Stage
 from labkit.designs import Over, Runs
 from labkit.engine import timing
 from labkit.engine.catalogue import UnknownModel
+from labkit.profiles import Profile
 from labkit.server.offload import off_loop_if_large
-from labkit.server.profiles import Profile
 from labkit.server.render_cache import Renderings, append_rendered
 from labkit.server.routing import Router
 from labkit.server.safety import classifier_texts, scan

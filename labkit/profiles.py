@@ -2,7 +2,8 @@
 
 A profile holds inputs only (a hop's latency, a classifier's cost per 1k
 tokens, how many GPU replicas there are). Each field is documented in the
-profile files themselves.
+profile files themselves. The server waits out these delays; the cost model
+prices them (``labkit.analysis``): both read them here.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def readme_python_blocks() -> list[str]:
 def run_readme_block(block: str) -> None:
     """Run a README example; one written against a running `labkit serve` gets its own server."""
     if f'base_url="{README_URL}"' in block:
-        from labkit.server.handle import LabkitServer
+        from labkit.client.launcher import LabkitServer
 
         with LabkitServer() as server:
             exec(block.replace(README_URL, server.base_url), {"__name__": "__main__"})

@@ -49,8 +49,8 @@ from typing import Any
 from labkit.analysis.metrics import turns as turn_table
 from labkit.api.stages import bucket_of
 from labkit.client.agent import MAX_TURNS, Rollout
+from labkit.client.launcher import LabkitServer
 from labkit.scenarios import synthetic
-from labkit.server.handle import LabkitServer
 
 MODEL = "labkit-bench-instant"
 MODELS_TOML = f"""\

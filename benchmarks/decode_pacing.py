@@ -21,9 +21,9 @@ import time
 
 import httpx
 
+from labkit.client.launcher import LabkitServer
 from labkit.engine.catalogue import load_catalogue
 from labkit.engine.tokenizer import encode_text
-from labkit.server.handle import LabkitServer
 
 
 def measure(base_url: str, model: str, tokens: int) -> dict[str, float]:

@@ -27,7 +27,7 @@ import time
 import httpx
 
 from labkit.client.agent import DEFAULT_MODEL
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 HEADERS = {"Authorization": "Bearer sk-labkit-bench"}
 PROSE = "the quick brown fox jumps over the lazy dog while the agent reads every file twice "

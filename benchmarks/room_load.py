@@ -55,11 +55,11 @@ import httpx
 
 from labkit.api.extensions import TRACES_PATH
 from labkit.client.agent import DEFAULT_MODEL, TurnRecord, run_rollout
+from labkit.client.launcher import LabkitServer
 from labkit.client.room import DEFAULT_KEY
 from labkit.paths import default_data_dir
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 from labkit.server.auth import Keys
-from labkit.server.handle import LabkitServer
 
 DESIGN = "websocket"
 MAX_ERRORS_SHOWN = 5

@@ -64,6 +64,7 @@ from labkit.analysis.shape import Shape
 from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
 from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, TurnRecord, fetch_spans
+from labkit.client.launcher import LabkitServer
 from labkit.client.room import RoomServer, joined
 from labkit.client.trace_watch import TraceWatcher
 from labkit.designs import DESIGNS, Design, compose, plan_rows
@@ -71,7 +72,6 @@ from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE, Profile, load_profile
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
-from labkit.server.handle import LabkitServer
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 from openai import OpenAI
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 API_KEY = "sk-labkit-test"
 

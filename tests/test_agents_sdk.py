@@ -20,7 +20,7 @@ from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponses
 from conftest import API_KEY, server_spans
 from openai import AsyncOpenAI
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 agents.set_tracing_disabled(True)
 

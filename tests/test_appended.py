@@ -27,11 +27,11 @@ from websockets.sync.client import ClientConnection, connect
 
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.agent import Rollout
+from labkit.client.launcher import LabkitServer
 from labkit.engine.policies import text_of_tokens
 from labkit.engine.render import GENERATION_PROMPT, encode_block, item_block
 from labkit.paths import default_data_dir
 from labkit.scenarios import FETCH_TOOL, synthetic
-from labkit.server.handle import LabkitServer
 from labkit.server.safety import classifier_texts, scan
 
 MODEL = "labkit-spark"

@@ -25,9 +25,9 @@ from labkit.analysis.article_fit import (
 )
 from labkit.analysis.cost_model import predict
 from labkit.client.agent import Rollout
+from labkit.client.launcher import LabkitServer
 from labkit.paths import builtin_data_dir
 from labkit.profiles import SECTIONS, load_profile
-from labkit.server.handle import LabkitServer
 
 CHECKED_IN = builtin_data_dir() / "profiles" / "article-fit.toml"
 # Shape.of draws fresh call ids, whose token counts vary by a few per turn between runs: the

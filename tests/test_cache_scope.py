@@ -18,8 +18,8 @@ from conftest import by_stage, server_spans
 from websockets.sync.client import connect
 
 from labkit.api.extensions import DESIGN_HEADER
+from labkit.client.launcher import LabkitServer
 from labkit.engine.prefix_cache import PrefixCache, scope_seed
-from labkit.server.handle import LabkitServer
 from labkit.server.render_cache import RenderCache, prefix_keys
 
 MODEL = "labkit-spark"

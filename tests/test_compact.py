@@ -19,7 +19,7 @@ from conftest import API_KEY, READ_FILE_TOOL, auth_headers, server_spans
 from open_responses_schema import validate, validate_event
 from openai import OpenAI
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 MODEL = "labkit-spark"
 OTHER_KEY = "sk-labkit-someone-else"

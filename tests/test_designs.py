@@ -22,6 +22,7 @@ from labkit import lab
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.stages import Stage
 from labkit.client.agent import Rollout
+from labkit.client.launcher import LabkitServer
 from labkit.client.transports import AppendedRollout, StatelessHTTP, WebSocketMode, open_transport
 from labkit.designs import (
     DESIGNS,
@@ -35,7 +36,6 @@ from labkit.designs import (
     Runs,
     compose,
 )
-from labkit.server.handle import LabkitServer
 
 MODEL = "labkit-spark"
 SPRINT_PARTS = "naive+render_cache+model_config_cache+no_intermediary+fast_classifiers"

@@ -25,7 +25,7 @@ from test_hardening_http import KEY_A, ROOM_ARGS, assert_api_error, bearer, stri
 from test_hardening_ws import TERMINAL, assert_error_event, recv
 from websockets.sync.client import ClientConnection, connect
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 EXAMPLES = 120  # per path; each is one request against a local-profile server
 FUZZ = settings(

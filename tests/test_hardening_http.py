@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 MODEL = "labkit-spark"
 KEY_A, KEY_B = "sk-room-a", "sk-room-b"

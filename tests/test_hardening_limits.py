@@ -20,6 +20,7 @@ import pytest
 from test_hardening_http import KEY_A, KEY_B, assert_api_error, bearer
 
 from labkit.api.safejson import MAX_DEPTH, nesting_depth
+from labkit.client.launcher import LabkitServer
 from labkit.engine.arguments import MAX_EXAMPLE_CHARS, MAX_EXAMPLE_ITEMS, example_value
 from labkit.engine.policies import GenericPolicy, TurnContext
 from labkit.engine.prefix_cache import PrefixCache
@@ -28,7 +29,6 @@ from labkit.engine.tokenizer import encode_text
 from labkit.paths import default_data_dir
 from labkit.scenarios import SYNTHETIC_MAX, ScenarioNotFound, load_scenario
 from labkit.server.auth import KeyLimiter, Keys
-from labkit.server.handle import LabkitServer
 from labkit.server.network import MAX_REMEMBERED, ConnectionTracker
 from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes, prefix_keys
 from labkit.server.scripts import ScriptLibrary

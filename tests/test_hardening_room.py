@@ -27,8 +27,8 @@ from test_hardening_http import KEY_A, KEY_B, LEAK, assert_api_error, bearer, st
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from labkit.client.launcher import LabkitServer
 from labkit.scenarios import FETCH_TOOL
-from labkit.server.handle import LabkitServer
 
 MODEL = "labkit-spark"
 ERROR_KEYS = {"message", "type", "param", "code"}

@@ -18,7 +18,7 @@ from test_hardening_http import KEY_A, KEY_B, LEAK, MAX_BODY, ROOM_ARGS, bearer,
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 MODEL = "labkit-spark"
 SLOW = "labkit-classic"  # 65 tokens/s: a response that is surely still running a moment later

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 ARGS = ["--profile", "local"]  # the quickest start
 # A notebook's first cell: start a server, say where it is (labkit.lab's LabkitServer, without
 # the seconds labkit.lab's plotting imports take).
 START = f"""
 import os
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 server = LabkitServer(args={ARGS!r}).start()
 print(server.url, server.process.pid, server.db.parent, os.getpid())
 """

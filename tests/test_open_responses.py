@@ -24,7 +24,7 @@ from open_responses_schema import DEFS, problems, validate, validate_event, vali
 from openai import OpenAI
 
 from labkit.api.errors import invalid_request, previous_response_not_found
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 MODEL = "labkit-spark"
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}

@@ -42,13 +42,13 @@ from labkit.analysis.shape import Shape
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client import agent
 from labkit.client.agent import Rollout
+from labkit.client.launcher import LabkitServer
 from labkit.client.transports import StatelessHTTP, Transport, TurnRequest, TurnResult
 from labkit.engine.render import encode_block, item_block
 from labkit.engine.tokenizer import encode_text
 from labkit.paths import default_data_dir
 from labkit.profiles import Network, Safety, load_profile
 from labkit.scenarios import synthetic
-from labkit.server.handle import LabkitServer
 from labkit.server.safety import classifier_texts, scan
 
 MODEL = "labkit-spark"

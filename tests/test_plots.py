@@ -12,7 +12,7 @@ import pytest
 from labkit.analysis import frontend, live, plots
 from labkit.analysis.metrics import turns
 from labkit.client.agent import Rollout
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 SCENARIO = "synthetic:turns=4,output_tokens=20,tool_tokens=300,instruction_tokens=200"
 

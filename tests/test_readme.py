@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

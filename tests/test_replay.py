@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from labkit.client.agent import Rollout
+from labkit.client.launcher import LabkitServer
 from labkit.paths import DATA_ENV, builtin_data_dir
 from labkit.scenarios import transcript as transcript_module
 from labkit.scenarios.recording import ReplayError
 from labkit.scenarios.replay import PADDING_TOOL, Replay, load_replay, prompt_tokens
-from labkit.server.handle import LabkitServer
 
 REPLAYS = builtin_data_dir() / "replays"
 CODEX_FILES = ["codex-websocket.jsonl", "codex-http.jsonl"]

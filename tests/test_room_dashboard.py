@@ -28,9 +28,9 @@ from labkit.analysis.room import (
     watch_room,
 )
 from labkit.client.agent import Rollout
+from labkit.client.launcher import LabkitServer
 from labkit.client.trace_watch import TraceWatcher
 from labkit.scenarios import synthetic
-from labkit.server.handle import LabkitServer
 
 MODEL = "labkit-spark"
 TEACHER = "sk-room-teacher"

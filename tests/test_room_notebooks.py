@@ -18,7 +18,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from labkit.client import room
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
 LEARNERS = {

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from conftest import auth_headers
 
+from labkit.client.launcher import LabkitServer
 from labkit.engine.policies import GenericPolicy, ScriptedPolicy
 from labkit.paths import default_data_dir
 from labkit.scenarios import parse_synthetic
-from labkit.server.handle import LabkitServer
 from labkit.server.scripts import ENTRY_BYTES, MAX_SCENARIO_BYTES, ScriptLibrary, policy_bytes
 
 MB = 10**6

@@ -22,9 +22,9 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.api.sse import frame
+from labkit.client.launcher import LabkitServer
 from labkit.server.billing import Billing, Charge, Ledger
 from labkit.server.database import Database
-from labkit.server.handle import LabkitServer
 from labkit.server.shutdown import ShutdownNotice
 from labkit.server.trace_stream import TraceFeed, _events
 

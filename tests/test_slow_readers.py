@@ -31,7 +31,7 @@ from conftest import auth_headers, server_spans, socket_inodes
 from test_room import room_load
 from websockets.sync.client import ClientConnection, connect
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 from labkit.server.outbox import Outbox, SlowReader
 
 MODEL = "labkit-spark"

@@ -14,8 +14,8 @@ from conftest import server_spans
 from openai import OpenAI
 from websockets.sync.client import connect
 
+from labkit.client.launcher import LabkitServer
 from labkit.client.trace_watch import TraceWatcher
-from labkit.server.handle import LabkitServer
 
 MODEL = "labkit-spark"
 TEACHER = "sk-teacher"

@@ -24,9 +24,9 @@ from conftest import READ_FILE_TOOL, by_stage, server_spans
 from openai import NotFoundError, OpenAI
 from openai.resources.responses.responses import ResponsesConnection
 
+from labkit.client.launcher import LabkitServer
 from labkit.engine.prefix_cache import PrefixCache
 from labkit.engine.render import GENERATION_PROMPT, encode_block, item_block
-from labkit.server.handle import LabkitServer
 
 MODEL = "labkit-spark"
 BLOCK = PrefixCache().block_size  # the replica's prefix-cache block (16 tokens)

@@ -14,11 +14,11 @@ from labkit.analysis.cost_model import predict
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.whatif_ui import WhatIfLab
 from labkit.client.agent import Rollout
+from labkit.client.launcher import LabkitServer
 from labkit.designs import compose
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import builtin_data_dir
 from labkit.profiles import DEFAULT_PROFILE, load_profile
-from labkit.server.handle import LabkitServer
 
 CPU = CpuCosts()
 POINT = whatif.Settings(turns=6, tool_tokens=400, instruction_tokens=1000)

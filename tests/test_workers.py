@@ -26,8 +26,8 @@ import pytest
 from conftest import socket_inodes
 
 from labkit.client.agent import run_rollout
+from labkit.client.launcher import LabkitServer
 from labkit.scenarios import synthetic
-from labkit.server.handle import LabkitServer
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/net/tcp").exists() or not hasattr(os, "fork"), reason="needs Linux's /proc and fork"

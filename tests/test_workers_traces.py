@@ -24,8 +24,8 @@ import pytest
 from test_workers import port_of, worker_holding
 from websockets.sync.client import connect
 
+from labkit.client.launcher import LabkitServer
 from labkit.server.database import Database
-from labkit.server.handle import LabkitServer
 from labkit.server.shared_traces import SharedFeed, SharedTraces
 
 pytestmark = pytest.mark.skipif(

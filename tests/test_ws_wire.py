@@ -28,7 +28,7 @@ from conftest import (
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from labkit.server.handle import LabkitServer
+from labkit.client.launcher import LabkitServer
 
 MODEL = "labkit-spark"
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}

@@ -383,7 +383,7 @@ def measure(
     realises it, so nothing measured would be that point.
     """
     from labkit.client.agent import Rollout
-    from labkit.server.handle import LabkitServer
+    from labkit.client.launcher import LabkitServer
 
     if moved := settings.model_only():
         raise ValueError(f"{', '.join(moved)}: the cost model's only; set them back to measure this point")

@@ -283,8 +283,8 @@ def _rollout_in_thread(base_url: str) -> tuple[threading.Thread, dict]:
 
 def check_smoke() -> Finding:
     """A short rollout over WebSocket mode against a real ``labkit serve``, end to end."""
+    from labkit.client.launcher import LabkitServer, ServerStartError
     from labkit.scenarios import parse_synthetic
-    from labkit.server.handle import LabkitServer, ServerStartError
 
     turns = parse_synthetic(SMOKE_SCENARIO).turns
     fix = f"run labkit serve {' '.join(SMOKE_ARGS)} and read its error"

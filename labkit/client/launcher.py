@@ -4,7 +4,8 @@
         client = OpenAI(base_url=server.base_url, api_key="sk-local")
 
 The server runs in its own process so that notebook kernels and test code do
-not share its event loop or distort its timings. Everything here is
+not share its event loop or distort its timings. This is the client's side: it
+runs the ``labkit`` command as a user would, and imports nothing of the server. Everything here is
 synchronous and blocks only on the subprocess, so it works inside a running
 event loop (a Jupyter kernel) without patching asyncio.
 

@@ -35,8 +35,6 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from labkit.api.errors import invalid_request
-from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.stages import Stage
 
 # ---------------------------------------------------------------- the plan of one design
@@ -285,15 +283,10 @@ def compose(spec: str) -> Design:
 
 
 def select_design(spec: str | None, default: Design) -> Design:
-    """The design a request asked for (a name or a composed spec), or the transport's default;
-    a bad spec is a 400 naming what is wrong.
+    """The design a spec names (a name or a composed spec), or ``default`` when there is none;
+    a bad spec is a ``DesignSpecError`` naming what is wrong (the server answers it as a 400).
 
     >>> select_design("naive+render_cache", SPRINT).plan[Stage.RENDER].saved_by
     'render cache'
     """
-    if not spec:
-        return default
-    try:
-        return compose(spec)
-    except DesignSpecError as exc:
-        raise invalid_request(str(exc), param=DESIGN_HEADER, code="invalid_value") from None
+    return compose(spec) if spec else default

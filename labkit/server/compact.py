@@ -33,12 +33,12 @@ from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.ids import new_id
 from labkit.api.requests import CreateBody, CreateRequest, parse_compact
 from labkit.api.responses import usage
-from labkit.designs import select_design
 from labkit.engine.policies import Say
 from labkit.engine.render import content_text, encode_block, item_block
 from labkit.engine.tokenizer import decode, encode_text
 from labkit.server.http import error_response, pipeline_of, read_json
 from labkit.server.pipeline import Pipeline
+from labkit.server.requested_design import requested_design
 from labkit.server.traces import Trace
 from labkit.server.turn import Turn
 
@@ -54,7 +54,7 @@ async def compact_endpoint(request: Request) -> Response:
     pipeline = pipeline_of(request)
     trace = Trace()
     try:
-        design = select_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
+        design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
         client = (request.client.host, request.client.port) if request.client else None
         await pipeline.connect(trace, client)
         await pipeline.uplink(trace)

@@ -23,10 +23,10 @@ from labkit.api.errors import (
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.sse import frame
-from labkit.designs import select_design
 from labkit.server.network import drop_if_stuck, transport_of
 from labkit.server.outbox import Outbox, SlowReader
 from labkit.server.pipeline import Pipeline
+from labkit.server.requested_design import requested_design
 from labkit.server.responder import CLIENT_TOO_SLOW, cut, prepare, respond
 from labkit.server.traces import Trace
 from labkit.server.turn import Turn
@@ -77,7 +77,7 @@ async def create_response(request: Request) -> Response:
     pipeline = pipeline_of(request)
     trace = Trace()
     try:
-        design = select_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
+        design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
         client = (request.client.host, request.client.port) if request.client else None
         await pipeline.connect(trace, client)
         await pipeline.uplink(trace)

@@ -35,7 +35,7 @@ from labkit.api.errors import APIError, as_api_error, invalid_request, rate_limi
 from labkit.api.event_types import RESPONSE_APPEND, RESPONSE_CREATE
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
-from labkit.designs import Design, select_design
+from labkit.designs import Design
 from labkit.engine.inference import Replica
 from labkit.limits import MAX_IN_FLIGHT, MAX_LANES, MAX_QUEUED_BYTES, MAX_QUEUED_CREATES, MAX_UNREAD_BYTES
 from labkit.server.appended import respond_appended
@@ -43,6 +43,7 @@ from labkit.server.auth import KeyLimiter
 from labkit.server.lanes import Lane, check_stream_id, queue_append
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Pipeline
+from labkit.server.requested_design import requested_design
 from labkit.server.responder import cut, prepare, respond
 from labkit.server.traces import Span, Trace
 from labkit.server.turn import Turn
@@ -291,7 +292,7 @@ async def websocket_endpoint(ws: WebSocket) -> None:
         owner = await pipeline.authenticate(trace, ws.headers.get("authorization"))
         # A query string decodes "+" as a space, and a design spec has no spaces: read them back.
         query = (ws.query_params.get(DESIGN_QUERY) or "").replace(" ", "+")
-        design = select_design(ws.headers.get(DESIGN_HEADER) or query, state.ws_design)
+        design = requested_design(ws.headers.get(DESIGN_HEADER) or query, state.ws_design)
     except APIError as err:
         await deny(ws, err)
         return

@@ -54,8 +54,9 @@ from typing import Any
 import httpx
 
 from labkit.api.extensions import TRACES_PATH
-from labkit.client.agent import DEFAULT_MODEL, TurnRecord, run_rollout
+from labkit.client.agent import DEFAULT_MODEL, run_rollout
 from labkit.client.launcher import LabkitServer
+from labkit.client.records import TurnRecord
 from labkit.client.room import DEFAULT_KEY
 from labkit.paths import default_data_dir
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario

@@ -63,8 +63,9 @@ from labkit.analysis.replay import replay
 from labkit.analysis.shape import Shape
 from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
-from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, TurnRecord, fetch_spans
+from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, fetch_spans
 from labkit.client.launcher import LabkitServer
+from labkit.client.records import TurnRecord
 from labkit.client.room import RoomServer, joined
 from labkit.client.trace_watch import TraceWatcher
 from labkit.designs import DESIGNS, Design, compose, plan_rows

@@ -19,9 +19,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from labkit.analysis.frames import COLUMNS
 from labkit.analysis.metrics import end_to_end, summary, turns
 from labkit.api.stages import CLIENT_INSTANTS, CLIENT_STAGES, INFERENCE_STAGES, bucket_of
+from labkit.client.frame import COLUMNS
 
 # (turn, stage, source, start, end, tokens); client instants have end == start.
 SPANS: list[tuple[int, str, str, float, float, int]] = [

@@ -36,12 +36,12 @@ from websockets.sync.client import ClientConnection, connect
 
 from labkit import designs
 from labkit.analysis.cost_model import predict
-from labkit.analysis.frames import COLUMNS
 from labkit.analysis.metrics import summary
 from labkit.analysis.shape import Shape
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client import agent
 from labkit.client.agent import Rollout
+from labkit.client.frame import COLUMNS
 from labkit.client.launcher import LabkitServer
 from labkit.client.transports import StatelessHTTP, Transport, TurnRequest, TurnResult
 from labkit.engine.render import encode_block, item_block

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from labkit.api.extensions import SCENARIO_KEY, TRACES_PATH
+from labkit.client.records import ToolRun, TurnRecord
 from labkit.client.room import client_key
 from labkit.client.sandbox import Sandbox
 from labkit.client.tools import TOOL_SPECS, run_tool
@@ -38,44 +39,6 @@ if TYPE_CHECKING:
 Item = dict[str, Any]
 MAX_TURNS = 100
 DEFAULT_MODEL = "labkit-spark"  # the fast coding model (1,000 tokens/s): what a rollout asks for unless told
-
-
-@dataclass
-class ToolRun:
-    name: str
-    start: float
-    end: float
-    output_chars: int
-
-
-@dataclass
-class TurnRecord:
-    """One turn as the client saw it, on the client's monotonic clock (seconds).
-
-        for record in Rollout("websocket").play(server.base_url):
-            print(record.turn, record.calls, f"TTFT {record.ttft * 1000:.0f} ms")
-    """
-
-    design: str
-    turn: int
-    response_id: str
-    sent: float
-    build: tuple[float, float] | None  # building the request, on the client
-    first_delta: float | None
-    last_delta: float | None
-    done: float
-    tools: list[ToolRun] = field(default_factory=list)
-    calls: list[str] = field(default_factory=list)
-    usage: dict[str, Any] | None = None
-    observed: tuple[float, float] | None = None  # a watcher's time between this turn and the next
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_delta is None else self.first_delta - self.sent
-
-    @property
-    def tool_seconds(self) -> float:
-        return sum(t.end - t.start for t in self.tools)
 
 
 class Toolbox:
@@ -284,7 +247,7 @@ class Rollout:
         self.spans.update(fetch_spans(base_url, wanted, api_key))
 
     def frame(self) -> pd.DataFrame:
-        """One tidy DataFrame of the rollout's spans, server and client (see ``labkit.analysis.frames``)."""
-        from labkit.analysis.frames import rollout_frame
+        """One tidy DataFrame of the rollout's spans, server and client (see ``labkit.client.frame``)."""
+        from labkit.client.frame import rollout_frame  # pandas, only when a frame is asked for
 
-        return rollout_frame(self)
+        return rollout_frame(self.design, self.records, self.spans)

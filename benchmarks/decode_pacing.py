@@ -23,7 +23,7 @@ import httpx
 
 from labkit.client.launcher import LabkitServer
 from labkit.engine.catalogue import load_catalogue
-from labkit.engine.tokenizer import encode_text
+from labkit.text.tokenizer import encode_text
 
 
 def measure(base_url: str, model: str, tokens: int) -> dict[str, float]:

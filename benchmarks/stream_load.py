@@ -55,7 +55,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from labkit.client.launcher import LabkitServer
 from labkit.client.room import DEFAULT_KEY
 from labkit.engine.catalogue import load_catalogue
-from labkit.engine.tokenizer import encode_text
+from labkit.text.tokenizer import encode_text
 
 DELTA_PREFIX = '{"type":"response.output_text.delta"'
 TERMINAL_PREFIXES = ('{"type":"response.completed"', '{"type":"response.incomplete"')

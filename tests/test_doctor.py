@@ -78,7 +78,7 @@ def test_help() -> None:
 def test_corrupt_tokenizer_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from labkit.engine import tokenizer
+    from labkit.text import tokenizer
 
     corrupt = tmp_path / "cl100k_base.tiktoken"
     corrupt.write_bytes(tokenizer.RANKS_FILE.read_bytes()[:-100])

@@ -25,7 +25,6 @@ from labkit.engine.arguments import MAX_EXAMPLE_CHARS, MAX_EXAMPLE_ITEMS, exampl
 from labkit.engine.policies import GenericPolicy, TurnContext
 from labkit.engine.prefix_cache import PrefixCache
 from labkit.engine.render import TokenBuffer
-from labkit.engine.tokenizer import encode_text
 from labkit.paths import default_data_dir
 from labkit.scenarios import SYNTHETIC_MAX, ScenarioNotFound, load_scenario
 from labkit.server.auth import KeyLimiter, Keys
@@ -33,6 +32,7 @@ from labkit.server.network import MAX_REMEMBERED, ConnectionTracker
 from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes, prefix_keys
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.traces import Trace, TraceStore
+from labkit.text.tokenizer import encode_text
 
 # ---------------------------------------------------------------- caches: filled past their caps
 

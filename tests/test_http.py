@@ -27,7 +27,7 @@ from conftest import (
 from openai import OpenAI
 
 from labkit.client.launcher import LabkitServer
-from labkit.engine.tokenizer import encode_text
+from labkit.text.tokenizer import encode_text
 
 MODEL = "labkit-spark"
 BLOCK = 16  # the prefix cache's block size: cached_tokens is always a multiple of it

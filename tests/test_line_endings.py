@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [
-    "labkit/engine/cl100k_base.tiktoken",
+    "labkit/text/cl100k_base.tiktoken",
     "labkit/engine/models.toml",
     "data/profiles/production-like.toml",
     "data/scenarios/fix-failing-test.json",
@@ -54,7 +54,7 @@ def test_the_clone_serves_a_response(crlf_clone: Path, tmp_path: Path) -> None:
     # The clone's own code, from its own folder (`python -m` puts the working folder first).
     env = {**os.environ, "PYTHONPATH": str(crlf_clone), "LABKIT_DATA": str(crlf_clone / "data")}
     where = subprocess.run(
-        [sys.executable, "-c", "import labkit.engine.tokenizer as t; print(t.RANKS_FILE)"],
+        [sys.executable, "-c", "import labkit.text.tokenizer as t; print(t.RANKS_FILE)"],
         cwd=crlf_clone,
         env=env,
         capture_output=True,

@@ -16,7 +16,6 @@ from labkit.engine.arguments import example_value
 from labkit.engine.policies import (
     DEFAULT_LONG_TOKENS,
     LONG_WORDS,
-    PASSAGE,
     TOKEN_TARGET,
     Call,
     GenericPolicy,
@@ -24,11 +23,10 @@ from labkit.engine.policies import (
     ScriptedPolicy,
     TurnContext,
     asks_for_long,
-    leading_sentences,
-    text_of_tokens,
     token_target,
 )
-from labkit.engine.tokenizer import encode_text
+from labkit.text.passage import PASSAGE, leading_sentences, text_of_tokens
+from labkit.text.tokenizer import encode_text
 
 Item = dict[str, Any]
 

@@ -24,7 +24,7 @@ from labkit.engine.render import (
     render_conversation,
     system_block,
 )
-from labkit.engine.tokenizer import IM_START, SPECIAL_TOKENS, encode_text
+from labkit.text.tokenizer import IM_START, SPECIAL_TOKENS, encode_text
 
 Item = dict[str, Any]
 

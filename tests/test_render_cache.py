@@ -8,8 +8,8 @@ import tracemalloc
 from collections.abc import Callable
 
 from labkit.engine.render import TokenBuffer
-from labkit.engine.tokenizer import encode_text
 from labkit.server.render_cache import ENTRY_BYTES, PrefixHasher, RenderCache, buffer_bytes, prefix_keys
+from labkit.text.tokenizer import encode_text
 
 USER = {"type": "message", "role": "user", "content": "Fix the failing test."}
 CALL = {"type": "function_call", "call_id": "call_1", "name": "run_tests", "arguments": "{}"}

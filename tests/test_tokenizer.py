@@ -11,8 +11,8 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.engine import tokenizer
-from labkit.engine.tokenizer import (
+from labkit.text import tokenizer
+from labkit.text.tokenizer import (
     IM_END,
     IM_SEP,
     IM_START,

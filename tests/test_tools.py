@@ -36,8 +36,8 @@ from labkit.client.tools import (
     search,
 )
 from labkit.engine.policies import Call, Say, ScriptedPolicy
-from labkit.engine.tokenizer import encode_text
 from labkit.paths import default_data_dir
+from labkit.text.tokenizer import encode_text
 
 DATA_DIR = default_data_dir()
 SCENARIO_FILE = DATA_DIR / "scenarios" / "fix-failing-test.json"

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labkit.engine import timing
-from labkit.engine.policies import text_of_tokens
-from labkit.engine.tokenizer import encode_text
+from labkit.text.passage import text_of_tokens
+from labkit.text.tokenizer import encode_text
 
 if TYPE_CHECKING:
     import httpx

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from labkit.api.ids import new_id
 from labkit.engine.policies import Call, Say, ScriptedPolicy
 from labkit.engine.render import encode_block, item_block, system_block
-from labkit.engine.tokenizer import encode_text
 from labkit.scenarios import Scenario
+from labkit.text.tokenizer import encode_text
 
 
 @dataclass(frozen=True)

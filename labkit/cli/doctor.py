@@ -137,7 +137,7 @@ def check_install() -> Finding:
 
 def check_tokenizer() -> Finding:
     """The shipped ranks file passes its SHA-256 check."""
-    from labkit.engine import tokenizer
+    from labkit.text import tokenizer
 
     try:
         ranks = tokenizer.load_ranks(tokenizer.RANKS_FILE)  # read now, so a moved file is seen

@@ -29,9 +29,9 @@ from labkit.client.room import client_key
 from labkit.client.sandbox import Sandbox
 from labkit.client.tools import TOOL_SPECS, run_tool
 from labkit.client.transports import TurnRequest, TurnResult, open_transport
-from labkit.engine.policies import text_of_tokens
 from labkit.paths import default_data_dir
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
+from labkit.text.passage import text_of_tokens
 
 if TYPE_CHECKING:
     import pandas as pd

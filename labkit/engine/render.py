@@ -22,7 +22,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from labkit.api.compaction import summary_text
-from labkit.engine.tokenizer import (
+from labkit.engine.tool_namespace import tool_namespace
+from labkit.text.tokenizer import (
     IM_END,
     IM_SEP,
     IM_START,
@@ -31,7 +32,6 @@ from labkit.engine.tokenizer import (
     encoding,
     special,
 )
-from labkit.engine.tool_namespace import tool_namespace
 
 Item = dict[str, Any]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.engine.policies import text_of_tokens
+from labkit.text.passage import text_of_tokens
 
 DEFAULT_SCENARIO = "fix-failing-test"  # the scripted task a rollout runs unless told otherwise
 SYNTHETIC = "synthetic"

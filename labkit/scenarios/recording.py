@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.engine.policies import text_of_tokens
 from labkit.engine.render import content_text
+from labkit.text.passage import text_of_tokens
 
 CALLS = {"function_call", "custom_tool_call", "local_shell_call"}
 OUTPUTS = {"function_call_output", "custom_tool_call_output"}

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from labkit.engine.policies import text_of_tokens
 from labkit.engine.render import GENERATION_PROMPT, encode_rendered, render_conversation
-from labkit.engine.tokenizer import encode_text
 from labkit.scenarios import SCENARIO_NAME, Scenario
 from labkit.scenarios.codex_session import CodexSession
 from labkit.scenarios.recording import Opening, ReplayError, Usage
 from labkit.scenarios.transcript import CHUNK, Transcript
+from labkit.text.passage import text_of_tokens
+from labkit.text.tokenizer import encode_text
 
 PADDING_TOOL = "unrecorded_tools"  # stands for the tool definitions a Codex session does not record
 

@@ -21,7 +21,6 @@ from labkit.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
 from labkit.engine.catalogue import load_catalogue
 from labkit.engine.policies import GenericPolicy
 from labkit.engine.timing import calibrate
-from labkit.engine.tokenizer import encoding
 from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server import http
@@ -38,6 +37,7 @@ from labkit.server.timer import raise_resolution, restore_resolution
 from labkit.server.trace_stream import stream_traces
 from labkit.server.traces import TraceStore
 from labkit.server.websocket import websocket_endpoint
+from labkit.text.tokenizer import encoding
 
 
 @dataclass

@@ -35,12 +35,12 @@ from labkit.api.requests import CreateBody, CreateRequest, parse_compact
 from labkit.api.responses import usage
 from labkit.engine.policies import Say
 from labkit.engine.render import content_text, encode_block, item_block
-from labkit.engine.tokenizer import decode, encode_text
 from labkit.server.http import error_response, pipeline_of, read_json
 from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
 from labkit.server.traces import Trace
 from labkit.server.turn import Turn
+from labkit.text.tokenizer import decode, encode_text
 
 Item = dict[str, Any]
 

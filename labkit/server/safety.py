@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.engine.render import item_block
-from labkit.engine.tokenizer import encode_text
+from labkit.text.tokenizer import encode_text
 
 PATTERNS = {
     "credential": re.compile(

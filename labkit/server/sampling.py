@@ -20,8 +20,8 @@ from labkit.api.ids import new_id, new_item_id
 from labkit.api.stages import Stage
 from labkit.engine.policies import Action, Call
 from labkit.engine.render import GENERATION_PROMPT
-from labkit.engine.tokenizer import decode, encode_text
 from labkit.server.turn import Turn
+from labkit.text.tokenizer import decode, encode_text
 
 Emit = Callable[[Event], Awaitable[None]]
 

@@ -208,7 +208,7 @@ def serve_workers(
     """
     if not hasattr(os, "fork"):
         raise WorkersError("--workers needs a system that can fork processes (Linux, macOS)")
-    from labkit.engine.tokenizer import encoding
+    from labkit.text.tokenizer import encoding
 
     encoding()  # loaded once here, shared by the forked workers instead of loaded by each
     prepare_database(db)

@@ -29,9 +29,9 @@ from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
 from labkit.engine.render import GENERATION_PROMPT, encode_block, item_block
+from labkit.engine.safety import classifier_texts, scan
 from labkit.paths import default_data_dir
 from labkit.scenarios import FETCH_TOOL, synthetic
-from labkit.server.safety import classifier_texts, scan
 from labkit.text.passage import text_of_tokens
 
 MODEL = "labkit-spark"

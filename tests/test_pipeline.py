@@ -45,10 +45,10 @@ from labkit.client.frame import COLUMNS
 from labkit.client.launcher import LabkitServer
 from labkit.client.transports import StatelessHTTP, Transport, TurnRequest, TurnResult
 from labkit.engine.render import encode_block, item_block
+from labkit.engine.safety import classifier_texts, scan
 from labkit.paths import default_data_dir
 from labkit.profiles import Network, Safety, load_profile
 from labkit.scenarios import synthetic
-from labkit.server.safety import classifier_texts, scan
 from labkit.text.tokenizer import encode_text
 
 MODEL = "labkit-spark"

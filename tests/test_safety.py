@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.server.safety import PATTERNS, flagged, scan
+from labkit.engine.safety import PATTERNS, flagged, scan
 
 # Pieces of the texts each pattern looks for, their near misses, and what sits around them.
 FRAGMENTS = [

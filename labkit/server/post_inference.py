@@ -17,11 +17,11 @@ from labkit.api.stages import Stage
 from labkit.engine import timing
 from labkit.engine.prefix_cache import CacheWork
 from labkit.engine.render import content_text
+from labkit.engine.safety import scan
 from labkit.profiles import Profile
 from labkit.server.billing import Billing, Charge
 from labkit.server.offload import off_loop_if_large
 from labkit.server.render_cache import Renderings
-from labkit.server.safety import scan
 from labkit.server.store import ResponseStore
 from labkit.server.turn import Turn
 

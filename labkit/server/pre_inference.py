@@ -25,11 +25,11 @@ from labkit.api.stages import Stage
 from labkit.designs import Over, Runs
 from labkit.engine import timing
 from labkit.engine.catalogue import UnknownModel
+from labkit.engine.safety import classifier_texts, scan
 from labkit.profiles import Profile
 from labkit.server.offload import off_loop_if_large
 from labkit.server.render_cache import Renderings, append_rendered
 from labkit.server.routing import Router
-from labkit.server.safety import classifier_texts, scan
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.store import ResponseStore
 from labkit.server.traces import TraceStore

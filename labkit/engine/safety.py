@@ -1,9 +1,11 @@
-"""The safety classifier: real scanning code, plus the modeled cost of a GPU classifier service.
+"""The safety classifier's model: real scanning code, which the server's safety stages run.
 
 The scan is real work whose cost grows with the text it is given: the text is
 tokenized (a classifier reads tokens) and matched against patterns for leaked
 credentials and prompt-injection phrases. The service call it stands for is
-modeled by the profile: a hop, plus a cost per 1k tokens scanned.
+modeled by those stages from the profile: a hop, plus a cost per 1k tokens scanned.
+It stands for a model, as the policies do, and the cost model times it on this
+machine (``labkit.analysis.cpu_costs``).
 
     >>> scan(["my key is sk-abcdefghijklmnopqrstuvwx"]).flags
     ['credential']

@@ -29,7 +29,7 @@ from labkit.cli.checks import (
 from labkit.cli.doctor import doctor_command
 from labkit.cli.fit import add_fit_parser
 from labkit.cli.replay import add_replay_parser
-from labkit.cli.serve import serve
+from labkit.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve
 from labkit.designs import DESIGNS
 from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE
@@ -91,9 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve_help = "run the Responses API server (HTTP, SSE and WebSocket mode)"
     p = sub.add_parser("serve", help=serve_help, description=serve_help, formatter_class=HelpFormatter)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--host", default=DEFAULT_HOST, help="address to listen on")
     p.add_argument(
-        "--port", type=port_number, default=8765, metavar="PORT", help="port to listen on; 0 picks a free one"
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help="port to listen on; 0 picks a free one",
     )
     p.add_argument(
         "--db", metavar="PATH", help="SQLite file for stored responses (default: $LABKIT_DB or user data dir)"

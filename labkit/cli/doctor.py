@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from labkit.cli.serve import DEFAULT_PORT
+
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 DIST = "labkit"
 INSTALL_FIX = 'pip install -e ".[notebooks]"'  # from the clone, as the README's Quick start does
@@ -33,7 +35,6 @@ NOTEBOOK_MODULES = ("jupyterlab", "ipywidgets", "anywidget", "ipykernel")
 FOUND_NOT_IMPORTED = ("jupyterlab",)
 IPYKERNEL_NEEDED = ">=7"  # live plots update while a cell awaits only from ipykernel 7 on
 LOOPBACK = "127.0.0.1"
-DEFAULT_PORT = 8765  # ``labkit serve``'s default
 # Scanning 0.40 ms plus tokenizing 0.35 ms per 1k tokens: the machine the README's tables come from.
 REFERENCE_MS_PER_1K = 0.75
 SMOKE_ARGS = ["--profile", "local"]

@@ -17,6 +17,8 @@ from labkit.cli.checks import CommandError, check_db, check_keys, check_models, 
 from labkit.paths import default_data_dir
 from labkit.server.auth import keys_from_env
 
+DEFAULT_HOST = "127.0.0.1"  # this machine only
+DEFAULT_PORT = 8765
 READY_LINE = "labkit: serving on http://{host}:{port}/v1"
 PARENT_GONE_GRACE_S = 5.0  # how long open connections may hold up a shutdown nobody will cut short
 # One process: how long open responses may hold up SIGTERM or Ctrl-C (LabkitServer kills at 10 s).

@@ -161,7 +161,7 @@ class PreInference:
             span.detail["replica"] = turn.replica.name
 
     async def intermediary(self, turn: Turn) -> None:
-        if turn.plan[Stage.INTERMEDIARY].runs is not Runs.NEVER:
+        if turn.plan[Stage.INTERMEDIARY].runs is not Runs.SKIPPED:
             with turn.trace.stage(Stage.INTERMEDIARY):
                 await timing.sleep(self.profile.intermediary.hop_ms / 1000)
 

@@ -22,10 +22,10 @@ class Conversation:
 
     response: dict[str, Any]
     items: list[dict[str, Any]]
-    buffer: TokenBuffer  # rendered tokens; its key names the instructions and tool definitions
+    buffer: TokenBuffer  # rendered tokens; its system digest names the instructions and tools
     model: ModelSpec
     replica: Replica
-    hasher: PrefixHasher | None = None  # the render cache's running key over ``items``
+    hasher: PrefixHasher | None = None  # the render cache's running digest over ``items``
 
 
 @dataclass

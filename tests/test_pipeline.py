@@ -273,7 +273,7 @@ def test_websocket_scans_and_renders_only_the_new_items(observed: dict[str, Obse
         assert [item["type"] for item in request.new] == ["function_call_output"]
         assert safety["items"] == 1
         assert safety["tokens"] == scanned_tokens(request.new)
-        assert render["detail"]["cache"] == "connection"
+        assert render["detail"]["cache"] == "connection_cache"
         assert render["items"] == 1
         assert render["tokens"] == block_tokens(request.new)
         # Constant across turns: 3 markup tokens + the tool output; only the call id's header varies.
@@ -309,7 +309,7 @@ def test_a_websocket_follow_up_works_only_on_what_is_new(local: LabkitServer) ->
     for record in rollout.records[1:]:
         spans = by_stage(rollout.spans[record.response_id])
         render, prefill, retain = spans["render"], spans["prefill"], spans["retain"]
-        assert render["detail"]["cache"] == "connection"
+        assert render["detail"]["cache"] == "connection_cache"
         assert render["items"] == 1  # the tool output: the only new item
         assert render["detail"]["copied_ids"] == 0  # the history's ids are shared, not copied
         assert retain["detail"]["copied_ids"] == 0  # ... and so is the render cache's entry
@@ -686,7 +686,7 @@ def test_websocket_without_a_design_is_websocket(server: LabkitServer) -> None:
         second = ws_turn(ws, input="More.", previous_response_id=first["id"], store=False)
     spans = by_stage(server_spans(server.base_url, second["id"]))
     assert spans["hydration"]["detail"]["source"] == "connection_cache"
-    assert spans["render"]["detail"]["cache"] == "connection"
+    assert spans["render"]["detail"]["cache"] == "connection_cache"
     assert spans["billing"]["detail"]["overlapped"] is True
     assert "intermediary" not in spans
 

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
-from labkit.api.stages import Stage
+from labkit.api.stages import Source, Stage
 from labkit.designs import Over
 from labkit.engine.render import TokenBuffer, encode_items, item_block, system_digest
 from labkit.server.offload import off_loop_if_large, text_chars
@@ -177,16 +177,16 @@ class Renderings:
         the buffer came from (its ``cache`` detail).
 
         Under a design that renders only what is new: the lane's conversation when it has
-        the same instructions and tools (``connection``), else the render cache's longest
+        the same instructions and tools (``connection_cache``), else the render cache's longest
         prefix (``render_cache``, or ``miss``). Otherwise the system block alone (``none``).
         """
         req = turn.req
         assert req is not None
         system = system_digest(req.instructions, req.tools)
         reuse = turn.plan[Stage.RENDER].over is Over.NEW
-        cached = turn.cached if turn.cache_hit else None
+        cached = turn.cached if turn.from_connection_cache else None
         if reuse and cached is not None and cached.buffer.system_digest == system:
-            span.detail["cache"] = "connection"
+            span.detail["cache"] = Source.CONNECTION_CACHE
             turn.hasher = cached.hasher.copy() if cached.hasher else None
             return cached.buffer.fork(), turn.new_items  # a view: the history's ids are not copied
         if reuse and turn.design.render_cache:
@@ -194,9 +194,9 @@ class Renderings:
             items = turn.items
             digests = await off_loop_if_large(text_chars(items), span, turn.hasher.extend, items)
             found, used = self.cache.longest_prefix(digests)
-            span.detail["cache"] = "render_cache" if found else "miss"
+            span.detail["cache"] = Source.RENDER_CACHE if found else Source.MISS
             return found or TokenBuffer.start(req.instructions, req.tools), items[used:]
-        span.detail["cache"] = "none"
+        span.detail["cache"] = Source.NONE
         return TokenBuffer.start(req.instructions, req.tools), turn.items
 
     def keep(self, turn: Turn) -> int:

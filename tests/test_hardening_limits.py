@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_hardening_http import KEY_A, KEY_B, assert_api_error, bearer
+from conftest import KEY_A, KEY_B, assert_api_error, bearer
 
 from labkit.api.safejson import MAX_DEPTH, nesting_depth
 from labkit.engine.arguments import MAX_EXAMPLE_CHARS, MAX_EXAMPLE_ITEMS, example_value

@@ -14,7 +14,17 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from test_hardening_http import KEY_A, KEY_B, LEAK, MAX_BODY, ROOM_ARGS, bearer, strict_json
+from conftest import (
+    ERROR_KEYS,
+    KEY_A,
+    KEY_B,
+    MAX_BODY,
+    RECV_TIMEOUT,
+    TERMINAL,
+    assert_error_event,
+    bearer,
+    recv,
+)
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -22,15 +32,6 @@ from labkit.server.handle import LabkitServer
 
 MODEL = "labkit-spark"
 SLOW = "labkit-classic"  # 65 tokens/s: a response that is surely still running a moment later
-RECV_TIMEOUT = 30.0  # a safety net against a hung test, not a measurement
-TERMINAL = {"response.completed", "response.incomplete"}
-ERROR_KEYS = {"message", "type", "param", "code"}
-
-
-@pytest.fixture(scope="module")
-def room() -> Iterator[LabkitServer]:
-    with LabkitServer(args=ROOM_ARGS) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -46,24 +47,6 @@ def capped() -> Iterator[LabkitServer]:
 def socket(server: LabkitServer, key: str = KEY_A) -> Iterator[ClientConnection]:
     with connect(server.ws_url, additional_headers=bearer(key), max_size=None) as ws:
         yield ws
-
-
-def recv(ws: ClientConnection) -> dict[str, Any]:
-    raw = ws.recv(timeout=RECV_TIMEOUT)
-    assert isinstance(raw, str)
-    event = strict_json(raw)
-    assert isinstance(event, dict) and isinstance(event.get("type"), str), raw
-    return event
-
-
-def assert_error_event(event: dict[str, Any], status: int = 400) -> dict[str, Any]:
-    """The nested WS error shape, with a message that leaks nothing of the server."""
-    assert event["type"] == "error", event
-    assert event["status"] == status, event
-    assert set(event["error"]) == ERROR_KEYS
-    assert isinstance(event["error"]["code"], str)
-    assert not LEAK.search(event["error"]["message"]), event
-    return event["error"]
 
 
 def create(ws: ClientConnection, **body: Any) -> None:

@@ -8,13 +8,11 @@ error, or a response missing from the billing ledger. No timing is asserted.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import room_load
 
 from labkit.server.billing import OVERLAPPED_CONCURRENCY, Billing, Charge, Ledger
 from labkit.server.database import Database
@@ -23,15 +21,6 @@ from labkit.server.profiles import load_profile
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = "synthetic:turns=4,output_tokens=20,tool_tokens=300,instruction_tokens=1000"
 CONNECTIONS = 16
-
-
-def room_load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("room_load", REPO / "benchmarks" / "room_load.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(

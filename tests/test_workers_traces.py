@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_workers import port_of, worker_holding
+from conftest import port_of, worker_holding
 from websockets.sync.client import connect
 
 from labkit.server.database import Database

@@ -148,11 +148,18 @@ def test_many_bad_frames_in_a_row_never_stick_the_default_lane(room: LabkitServe
         still_serving(ws)
 
 
-def test_nan_is_never_emitted(room: LabkitServer) -> None:
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_nan_is_never_emitted(room: LabkitServer, number: str) -> None:
+    """A number JSON cannot carry, sent in ``reasoning``, which every event of a response echoes
+    as it was sent: accepted, it would be on the wire from ``response.created`` on. The frame is
+    refused instead, before any event, and the lane serves on (``recv`` parses every frame strictly)."""
+    body = {"type": "response.create", "model": MODEL, "input": "hi", "reasoning": {"x": "NUMBER"}}
+    frame = json.dumps(body).replace('"NUMBER"', number)
     with socket(room) as ws:
-        create(ws, model=MODEL, input="hi", store=False, temperature=0.7, top_p=1, reasoning={"x": 1e300})
-        while recv(ws)["type"] not in TERMINAL:
-            pass  # recv parses every frame strictly
+        ws.send(frame)
+        error = assert_error_event(recv(ws))  # the first event: nothing of a response came before it
+        assert error["code"] == "invalid_json" and number in error["message"], error
+        still_serving(ws)
 
 
 # ---------------------------------------------------------------- frames it cannot use

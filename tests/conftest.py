@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import sys
 import threading
 import time
@@ -22,8 +23,9 @@ import httpx
 import pytest
 import uvicorn
 from openai import OpenAI
-from websockets.sync.client import ClientConnection
+from websockets.sync.client import ClientConnection, connect
 
+from labkit.paths import default_data_dir
 from labkit.server.handle import LabkitServer
 
 API_KEY = "sk-labkit-test"
@@ -132,6 +134,81 @@ def by_stage(spans: list[dict]) -> dict[str, dict]:
     found = {span["stage"]: span for span in spans}
     assert len(found) == len(spans), f"a stage ran twice: {[s['stage'] for s in spans]}"
     return found
+
+
+# A conversation of five input items of every shape a message takes.
+FIVE_ITEMS = [
+    {"role": "developer", "content": "You are terse."},
+    {"role": "user", "content": "one"},
+    {"role": "assistant", "content": [{"type": "output_text", "text": "two", "annotations": []}]},
+    {"role": "user", "content": [{"type": "input_text", "text": "three"}]},
+    {"type": "message", "role": "user", "content": "four"},
+]
+
+
+# ---------------------------------------------------------------- WebSocket mode, raw
+
+
+def ws_connect(server: LabkitServer, query: str = "", **headers: str) -> ClientConnection:
+    return connect(
+        server.ws_url + query,
+        additional_headers={**auth_headers(), **headers},
+        open_timeout=10,
+        max_size=None,
+    )
+
+
+def ws_turn(ws: ClientConnection, model: str = "labkit-spark", **body: Any) -> dict[str, Any]:
+    """One ``response.create`` on a raw socket; the terminal event's response."""
+    ws.send(json.dumps({"type": "response.create", "model": model, **body}))
+    while True:
+        event = json.loads(ws.recv(timeout=30))
+        if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            return event["response"]
+        assert event["type"] != "error", event
+
+
+# ---------------------------------------------------------------- profiles and the billing ledger
+
+POLL_S = 10.0  # the longest any test waits for an overlapped ledger write
+
+
+def profile_with(tmp: Path, name: str, **sections: dict[str, float]) -> Path:
+    """The local profile with some fields changed, written as ``tmp/name.toml``."""
+    text = (default_data_dir() / "profiles" / "local.toml").read_text()
+    for section, values in sections.items():
+        for key, value in values.items():
+            head = f"[{section}]\n{key} = "
+            start = text.index(head) + len(head)
+            end = text.index("\n", start)
+            text = text[:start] + str(value) + text[end:]
+    path = tmp / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def slow_billing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """No modeled delays but a 300 ms billing service, so an overlapped charge is visibly pending
+    (and still queued when a server is told to stop)."""
+    return profile_with(tmp_path_factory.mktemp("profiles"), "slow-billing", billing={"hop_ms": 300})
+
+
+def ledger_rows(db: Path, response_id: str) -> list[tuple[Any, ...]]:
+    """The ledger rows of one response: (status, input_tokens, cached_tokens, output_tokens)."""
+    with sqlite3.connect(db) as conn:
+        query = "SELECT status, input_tokens, cached_tokens, output_tokens FROM billing WHERE response_id = ?"
+        return conn.execute(query, (response_id,)).fetchall()
+
+
+def wait_for_rows(db: Path, response_ids: list[str]) -> dict[str, list[tuple[Any, ...]]]:
+    """Poll until every response has a ledger row (bounded), then return the rows."""
+    deadline = time.monotonic() + POLL_S
+    while True:
+        rows = {rid: ledger_rows(db, rid) for rid in response_ids}
+        if all(rows.values()) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -353,13 +353,3 @@ def test_the_stale_heap_is_rebuilt_and_stays_bounded() -> None:
     for _ in range(5000):  # every use leaves one stale entry behind
         assert cache.lookup(tokens) == 8
     assert len(cache._leaves) <= 2 * len(cache) + 1025
-
-
-def test_a_replica_keeps_the_cache_the_profile_sized() -> None:
-    # An empty cache has no length: it must still be the one the router built from the profile.
-    from labkit.engine.catalogue import load_catalogue
-    from labkit.server.routing import Router
-
-    router = Router(load_catalogue(), 2, block_size=32, cache_capacity_tokens=2_000_000)
-    for replica in router.replicas:
-        assert (replica.cache.block_size, replica.cache.capacity_blocks) == (32, 2_000_000 // 32)

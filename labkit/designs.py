@@ -12,8 +12,8 @@ the one before it plus a few changes:
 | appended  | one socket, one long response, appends     | the whole rollout as one response             |
 
 ``Design.plan`` turns the mechanisms into a ``Plan``: for every stage (see
-``labkit.api.stages``), whether it runs on every turn, the first, the last or
-never, and whether it works over the whole history, only the new items, or
+``labkit.api.stages``), whether it runs on every turn, the first, the last, or
+is skipped, and whether it works over the whole history, only the new items, or
 the new output. The server's pipeline reads the plan to decide what a stage
 does; the cost model reads the same plan to price it; a test checks that a
 real rollout records, turn by turn, the stages the plan names.
@@ -44,7 +44,7 @@ class Runs(StrEnum):
     EVERY_TURN = "every turn"
     FIRST_TURN = "first turn"  # once per connection, or once per appended rollout
     LAST_TURN = "last turn"  # once per appended rollout, at its end
-    NEVER = "skipped"
+    SKIPPED = "skipped"  # on no turn: the design does without the stage
 
 
 class Over(StrEnum):
@@ -76,12 +76,12 @@ class Step:
 
     def __str__(self) -> str:
         text = str(self.runs)
-        if self.runs is not Runs.NEVER and self.over is not Over.FIXED:
+        if self.runs is not Runs.SKIPPED and self.over is not Over.FIXED:
             text += f", over {self.over}"
         notes = [n for n in (self.saved_by, "overlapped" if self.overlapped else "") if n]
         if self.stored_only:
             notes.append("store=true only")
-        return f"{text} ({', '.join(notes)})" if notes and self.runs is not Runs.NEVER else text
+        return f"{text} ({', '.join(notes)})" if notes and self.runs is not Runs.SKIPPED else text
 
 
 class Plan(Mapping[Stage, Step]):
@@ -180,7 +180,7 @@ def plan_of(d: Design) -> Plan:
     return Plan(
         {
             Stage.CONNECT: Step(Runs.FIRST_TURN) if socket else Step(Runs.EVERY_TURN, saved_by="keep-alive"),
-            Stage.UPGRADE: Step(Runs.FIRST_TURN if socket else Runs.NEVER),
+            Stage.UPGRADE: Step(Runs.FIRST_TURN if socket else Runs.SKIPPED),
             Stage.UPLINK: Step(Runs.EVERY_TURN),
             Stage.AUTH: Step(Runs.FIRST_TURN if socket else Runs.EVERY_TURN),
             Stage.VALIDATION: Step(Runs.EVERY_TURN, seen_once),
@@ -188,7 +188,7 @@ def plan_of(d: Design) -> Plan:
             Stage.INPUT_SAFETY: Step(Runs.EVERY_TURN, seen_once, saved_by=classifier),
             Stage.RENDER: Step(Runs.EVERY_TURN, Over.NEW if render_saved else Over.HISTORY, render_saved),
             Stage.ROUTING: Step(pre, saved_by="" if d.appended else routing_saved),
-            Stage.INTERMEDIARY: Step(Runs.EVERY_TURN if d.intermediary_hop else Runs.NEVER),
+            Stage.INTERMEDIARY: Step(Runs.EVERY_TURN if d.intermediary_hop else Runs.SKIPPED),
             Stage.DOWNLINK: Step(Runs.EVERY_TURN),
             Stage.QUEUE: Step(Runs.EVERY_TURN),
             Stage.PREFILL: Step(Runs.EVERY_TURN, Over.NEW, saved_by="prefix cache"),

@@ -1,25 +1,35 @@
-"""Shared fixtures: a real ``labkit serve`` subprocess on loopback, and official SDK clients."""
+"""Shared fixtures and helpers: a real ``labkit serve`` subprocess on loopback, official SDK clients,
+a room's server and its strict checks, and what /proc says of several workers."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import re
 import socket
+import sqlite3
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 from openai import OpenAI
+from websockets.sync.client import ClientConnection, connect
 
 from labkit.client.launcher import LabkitServer
+from labkit.paths import default_data_dir
 
 API_KEY = "sk-labkit-test"
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -126,6 +136,81 @@ def by_stage(spans: list[dict]) -> dict[str, dict]:
     return found
 
 
+# A conversation of five input items of every shape a message takes.
+FIVE_ITEMS = [
+    {"role": "developer", "content": "You are terse."},
+    {"role": "user", "content": "one"},
+    {"role": "assistant", "content": [{"type": "output_text", "text": "two", "annotations": []}]},
+    {"role": "user", "content": [{"type": "input_text", "text": "three"}]},
+    {"type": "message", "role": "user", "content": "four"},
+]
+
+
+# ---------------------------------------------------------------- WebSocket mode, raw
+
+
+def ws_connect(server: LabkitServer, query: str = "", **headers: str) -> ClientConnection:
+    return connect(
+        server.ws_url + query,
+        additional_headers={**auth_headers(), **headers},
+        open_timeout=10,
+        max_size=None,
+    )
+
+
+def ws_turn(ws: ClientConnection, model: str = "labkit-spark", **body: Any) -> dict[str, Any]:
+    """One ``response.create`` on a raw socket; the terminal event's response."""
+    ws.send(json.dumps({"type": "response.create", "model": model, **body}))
+    while True:
+        event = json.loads(ws.recv(timeout=30))
+        if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            return event["response"]
+        assert event["type"] != "error", event
+
+
+# ---------------------------------------------------------------- profiles and the billing ledger
+
+POLL_S = 10.0  # the longest any test waits for an overlapped ledger write
+
+
+def profile_with(tmp: Path, name: str, **sections: dict[str, float]) -> Path:
+    """The local profile with some fields changed, written as ``tmp/name.toml``."""
+    text = (default_data_dir() / "profiles" / "local.toml").read_text()
+    for section, values in sections.items():
+        for key, value in values.items():
+            head = f"[{section}]\n{key} = "
+            start = text.index(head) + len(head)
+            end = text.index("\n", start)
+            text = text[:start] + str(value) + text[end:]
+    path = tmp / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def slow_billing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """No modeled delays but a 300 ms billing service, so an overlapped charge is visibly pending
+    (and still queued when a server is told to stop)."""
+    return profile_with(tmp_path_factory.mktemp("profiles"), "slow-billing", billing={"hop_ms": 300})
+
+
+def ledger_rows(db: Path, response_id: str) -> list[tuple[Any, ...]]:
+    """The ledger rows of one response: (status, input_tokens, cached_tokens, output_tokens)."""
+    with sqlite3.connect(db) as conn:
+        query = "SELECT status, input_tokens, cached_tokens, output_tokens FROM billing WHERE response_id = ?"
+        return conn.execute(query, (response_id,)).fetchall()
+
+
+def wait_for_rows(db: Path, response_ids: list[str]) -> dict[str, list[tuple[Any, ...]]]:
+    """Poll until every response has a ledger row (bounded), then return the rows."""
+    deadline = time.monotonic() + POLL_S
+    while True:
+        rows = {rid: ledger_rows(db, rid) for rid in response_ids}
+        if all(rows.values()) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.02)
+
+
 @pytest.fixture
 def busy_port() -> Iterator[int]:
     """A port on 127.0.0.1 that this test holds, listening, for its whole duration."""
@@ -167,3 +252,125 @@ def served_in_thread(app: Any, **config: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+# ---------------------------------------------------------------- a room of buggy clients
+
+# A server set up for a room: two keys and small limits, so each limit is reached in a few requests.
+KEY_A, KEY_B = "sk-room-a", "sk-room-b"
+MAX_BODY = 65_536
+MAX_OUTPUT = 64
+MAX_TRACES = 3
+ROOM_ARGS = [
+    "--profile",
+    "local",
+    "--api-key",
+    KEY_A,
+    "--api-key",
+    KEY_B,
+    "--max-body-bytes",
+    str(MAX_BODY),
+    "--max-frame-bytes",
+    str(MAX_BODY),
+    "--max-output-tokens",
+    str(MAX_OUTPUT),
+    "--max-queued-creates",
+    "2",
+    "--max-traces",
+    str(MAX_TRACES),
+]
+ERROR_KEYS = {"message", "type", "param", "code"}
+# What a leaked traceback or server path looks like in a message.
+LEAK = re.compile(r"Traceback|File \"|/site-packages/|labkit/server/|\.py\", line")
+TERMINAL = {"response.completed", "response.incomplete"}  # how a room's answers end (none fails)
+RECV_TIMEOUT = 30.0  # a safety net against a hung test, not a measurement
+
+
+@pytest.fixture(scope="module")
+def room() -> Iterator[LabkitServer]:
+    """A server with ``ROOM_ARGS``, one per test module that asks for it."""
+    with LabkitServer(args=ROOM_ARGS) as srv:
+        yield srv
+
+
+def bearer(key: str = KEY_A) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def strict_json(text: str) -> Any:
+    """JSON as the RFC has it: no NaN or Infinity.
+
+    >>> strict_json('{"n": 1e300}')
+    {'n': 1e+300}
+    """
+
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"{name} on the wire")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def assert_api_error(reply: httpx.Response, status: int | None = None) -> dict[str, Any]:
+    """A 4xx with the HTTP error body of docs/protocol.md §5, and a message that leaks nothing
+    of the server."""
+    assert 400 <= reply.status_code < 500, (reply.status_code, reply.text[:300])
+    if status is not None:
+        assert reply.status_code == status, reply.text[:300]
+    body = reply.json()
+    assert set(body) == {"error"} and set(body["error"]) == ERROR_KEYS, body
+    error = body["error"]
+    assert isinstance(error["message"], str) and error["message"]
+    assert not LEAK.search(error["message"]), error["message"]
+    return error
+
+
+def recv(ws: ClientConnection) -> dict[str, Any]:
+    """The next WebSocket event, parsed strictly (``strict_json``)."""
+    raw = ws.recv(timeout=RECV_TIMEOUT)
+    assert isinstance(raw, str)
+    event = strict_json(raw)
+    assert isinstance(event, dict) and isinstance(event.get("type"), str), raw
+    return event
+
+
+def assert_error_event(event: dict[str, Any], status: int = 400) -> dict[str, Any]:
+    """The nested WebSocket error shape, with a message that leaks nothing of the server."""
+    assert event["type"] == "error", event
+    assert event["status"] == status, event
+    assert set(event["error"]) == ERROR_KEYS
+    assert isinstance(event["error"]["code"], str)
+    assert not LEAK.search(event["error"]["message"]), event
+    return event["error"]
+
+
+# ---------------------------------------------------------------- several workers, read off /proc
+
+
+def port_of(server: LabkitServer) -> int:
+    return int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+
+
+def worker_holding(server: LabkitServer, client_port: int) -> int:
+    """The worker whose socket is the server's end of the connection from ``client_port``."""
+    port = port_of(server)
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, inode = fields[1], fields[2], fields[9]
+        if int(local.split(":")[1], 16) == port and int(remote.split(":")[1], 16) == client_port:
+            holders = [pid for pid in server.processes()[1:] if inode in socket_inodes(pid)]
+            assert len(holders) == 1, holders
+            return holders[0]
+    raise AssertionError(f"no connection from port {client_port}")
+
+
+# ---------------------------------------------------------------- the room benchmark
+
+
+def room_load() -> ModuleType:
+    """``benchmarks/room_load.py``, imported (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("room_load", REPO / "benchmarks" / "room_load.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module

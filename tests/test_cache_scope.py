@@ -20,7 +20,7 @@ from websockets.sync.client import connect
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.launcher import LabkitServer
 from labkit.engine.prefix_cache import PrefixCache, scope_seed
-from labkit.server.render_cache import RenderCache, prefix_keys
+from labkit.server.render_cache import RenderCache, prefix_digests
 
 MODEL = "labkit-spark"
 BLOCK = 16  # the local profile's block size: cached_tokens is a multiple of it
@@ -145,17 +145,17 @@ def test_owners_views_share_one_cache_but_never_a_chain() -> None:
     shared = PrefixCache(block_size=4, capacity_tokens=64)
     alice, bob = shared.scoped("key_a"), shared.scoped("key_b")
     prompt = list(range(20))
-    keys = alice.insert(prompt)
+    hashes = alice.insert(prompt)
     assert alice.lookup(prompt) == 20 and bob.lookup(prompt) == 0 and shared.lookup(prompt) == 0
-    assert keys == shared.block_keys(prompt, seed=scope_seed("key_a")) != shared.block_keys(prompt)
-    # Known keys carry the owner's seed: a conversation that grows stays the owner's.
-    assert alice.lookup([*prompt, *range(20, 28)], keys) == 20
+    assert hashes == shared.block_hashes(prompt, seed=scope_seed("key_a")) != shared.block_hashes(prompt)
+    # Known hashes carry the owner's seed: a conversation that grows stays the owner's.
+    assert alice.lookup([*prompt, *range(20, 28)], hashes) == 20
     assert len(shared) == 5  # one capacity for every owner, as one GPU's memory
 
 
-def test_render_cache_keys_are_the_owners() -> None:
+def test_render_cache_digests_are_the_owners() -> None:
     items = [{"type": "message", "role": "user", "content": "hi"}]
-    assert prefix_keys("h", items, owner="key_a") == prefix_keys("h", items, owner="key_a")
-    assert prefix_keys("h", items, owner="key_a") != prefix_keys("h", items, owner="key_b")
-    assert prefix_keys("h", items, owner="key_a") != prefix_keys("h", items)
-    assert RenderCache().longest_prefix(prefix_keys("h", items, owner="key_b")) == (None, 0)
+    assert prefix_digests("h", items, owner="key_a") == prefix_digests("h", items, owner="key_a")
+    assert prefix_digests("h", items, owner="key_a") != prefix_digests("h", items, owner="key_b")
+    assert prefix_digests("h", items, owner="key_a") != prefix_digests("h", items)
+    assert RenderCache().longest_prefix(prefix_digests("h", items, owner="key_b")) == (None, 0)

@@ -152,7 +152,7 @@ def test_render_cache_renders_only_the_new_items() -> None:
 
 def test_no_intermediary_skips_the_intermediary_stage() -> None:
     plan = compose("naive+no_intermediary").plan
-    assert plan[Stage.INTERMEDIARY].runs is Runs.NEVER
+    assert plan[Stage.INTERMEDIARY].runs is Runs.SKIPPED
     assert Stage.INTERMEDIARY not in plan.stages_on(0, last=True)
     assert Stage.INTERMEDIARY in NAIVE.plan.stages_on(0, last=True)
 

@@ -19,10 +19,9 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import KEY_A, TERMINAL, assert_api_error, assert_error_event, bearer, recv, strict_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_hardening_http import KEY_A, ROOM_ARGS, assert_api_error, bearer, strict_json
-from test_hardening_ws import TERMINAL, assert_error_event, recv
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.client.launcher import LabkitServer
@@ -68,12 +67,6 @@ class HealthPoller:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-
-
-@pytest.fixture(scope="module")
-def room() -> Iterator[LabkitServer]:
-    with LabkitServer(args=ROOM_ARGS) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

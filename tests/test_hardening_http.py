@@ -10,52 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from conftest import KEY_A, KEY_B, MAX_BODY, MAX_OUTPUT, MAX_TRACES, assert_api_error, bearer, strict_json
 
 from labkit.client.launcher import LabkitServer
 
 MODEL = "labkit-spark"
-KEY_A, KEY_B = "sk-room-a", "sk-room-b"
-MAX_BODY = 65_536
-MAX_OUTPUT = 64
-MAX_TRACES = 3
-ERROR_KEYS = {"message", "type", "param", "code"}
-# What a leaked traceback or server path looks like in a message.
-LEAK = re.compile(r"Traceback|File \"|/site-packages/|labkit/server/|\.py\", line")
-
-ROOM_ARGS = [
-    "--profile",
-    "local",
-    "--api-key",
-    KEY_A,
-    "--api-key",
-    KEY_B,
-    "--max-body-bytes",
-    str(MAX_BODY),
-    "--max-frame-bytes",
-    str(MAX_BODY),
-    "--max-output-tokens",
-    str(MAX_OUTPUT),
-    "--max-queued-creates",
-    "2",
-    "--max-traces",
-    str(MAX_TRACES),
-]
-
-
-@pytest.fixture(scope="module")
-def room() -> Iterator[LabkitServer]:
-    with LabkitServer(args=ROOM_ARGS) as srv:
-        yield srv
-
-
-def bearer(key: str = KEY_A) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def post(server: LabkitServer, body: Any, *, key: str = KEY_A, path: str = "/responses") -> httpx.Response:
@@ -63,28 +27,6 @@ def post(server: LabkitServer, body: Any, *, key: str = KEY_A, path: str = "/res
     content = json.dumps(body) if isinstance(body, dict) else body
     headers = {**bearer(key), "content-type": "application/json"}
     return httpx.post(f"{server.base_url}{path}", content=content, headers=headers, timeout=30)
-
-
-def assert_api_error(reply: httpx.Response, status: int | None = None) -> dict[str, Any]:
-    """A 4xx with the HTTP error body of §5, and a message that leaks nothing of the server."""
-    assert 400 <= reply.status_code < 500, (reply.status_code, reply.text[:300])
-    if status is not None:
-        assert reply.status_code == status, reply.text[:300]
-    body = reply.json()
-    assert set(body) == {"error"} and set(body["error"]) == ERROR_KEYS, body
-    error = body["error"]
-    assert isinstance(error["message"], str) and error["message"]
-    assert not LEAK.search(error["message"]), error["message"]
-    return error
-
-
-def strict_json(text: str) -> Any:
-    """JSON as the RFC has it: no NaN or Infinity."""
-
-    def refuse(name: str) -> Any:
-        raise AssertionError(f"{name} on the wire")
-
-    return json.loads(text, parse_constant=refuse)
 
 
 def assert_serving(server: LabkitServer) -> None:

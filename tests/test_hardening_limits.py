@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_hardening_http import KEY_A, KEY_B, assert_api_error, bearer
+from conftest import KEY_A, KEY_B, assert_api_error, bearer
 
 from labkit.api.safejson import MAX_DEPTH, nesting_depth
 from labkit.client.launcher import LabkitServer
@@ -29,7 +29,7 @@ from labkit.paths import default_data_dir
 from labkit.scenarios import SYNTHETIC_MAX, ScenarioNotFound, load_scenario
 from labkit.server.auth import KeyLimiter, Keys
 from labkit.server.network import MAX_REMEMBERED, ConnectionTracker
-from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes, prefix_keys
+from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes, prefix_digests
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.traces import Trace, TraceStore
 from labkit.text.tokenizer import encode_text
@@ -62,14 +62,14 @@ def test_render_cache_is_bounded_by_the_bytes_its_entries_hold() -> None:
         items = [{"type": "message", "role": "user", "content": f"hi {i}"}]
         buffer = TokenBuffer.start(None, [])
         buffer.append(items)
-        tiny.put(prefix_keys(buffer.key, items)[-1], buffer)
+        tiny.put(prefix_digests(buffer.system_digest, items)[-1], buffer)
     assert 1 < len(tiny) < 40 and tiny.bytes <= tiny.capacity_bytes < tiny.bytes + buffer_bytes(buffer)
     small = RenderCache(capacity_bytes=ENTRY_BYTES + 50 * BYTES_PER_ID)
     for i in range(40):
         items = [{"type": "message", "role": "user", "content": f"a longer message, number {i} " * 3}]
         buffer = TokenBuffer.start(None, [])
         buffer.append(items)
-        small.put(prefix_keys(buffer.key, items)[-1], buffer)
+        small.put(prefix_digests(buffer.system_digest, items)[-1], buffer)
     assert len(small) == 1 and small.bytes <= small.capacity_bytes
 
 

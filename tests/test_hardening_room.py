@@ -23,7 +23,17 @@ from typing import Any
 
 import httpx
 import pytest
-from test_hardening_http import KEY_A, KEY_B, LEAK, assert_api_error, bearer, strict_json
+from conftest import (
+    ERROR_KEYS,
+    KEY_A,
+    KEY_B,
+    LEAK,
+    RECV_TIMEOUT,
+    TERMINAL,
+    assert_api_error,
+    bearer,
+    strict_json,
+)
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -31,9 +41,6 @@ from labkit.client.launcher import LabkitServer
 from labkit.scenarios import FETCH_TOOL
 
 MODEL = "labkit-spark"
-ERROR_KEYS = {"message", "type", "param", "code"}
-TERMINAL = {"response.completed", "response.incomplete"}
-RECV_TIMEOUT = 30.0  # a safety net against a hung test, not a measurement
 SCENARIO = "synthetic:turns=2,output_tokens=20,tool_tokens=50,instruction_tokens=100"
 ASK = {"role": "user", "content": "Go on."}
 NESTING = 200_000

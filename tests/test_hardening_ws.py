@@ -14,7 +14,17 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from test_hardening_http import KEY_A, KEY_B, LEAK, MAX_BODY, ROOM_ARGS, bearer, strict_json
+from conftest import (
+    ERROR_KEYS,
+    KEY_A,
+    KEY_B,
+    MAX_BODY,
+    RECV_TIMEOUT,
+    TERMINAL,
+    assert_error_event,
+    bearer,
+    recv,
+)
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -22,15 +32,6 @@ from labkit.client.launcher import LabkitServer
 
 MODEL = "labkit-spark"
 SLOW = "labkit-classic"  # 65 tokens/s: a response that is surely still running a moment later
-RECV_TIMEOUT = 30.0  # a safety net against a hung test, not a measurement
-TERMINAL = {"response.completed", "response.incomplete"}
-ERROR_KEYS = {"message", "type", "param", "code"}
-
-
-@pytest.fixture(scope="module")
-def room() -> Iterator[LabkitServer]:
-    with LabkitServer(args=ROOM_ARGS) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -46,24 +47,6 @@ def capped() -> Iterator[LabkitServer]:
 def socket(server: LabkitServer, key: str = KEY_A) -> Iterator[ClientConnection]:
     with connect(server.ws_url, additional_headers=bearer(key), max_size=None) as ws:
         yield ws
-
-
-def recv(ws: ClientConnection) -> dict[str, Any]:
-    raw = ws.recv(timeout=RECV_TIMEOUT)
-    assert isinstance(raw, str)
-    event = strict_json(raw)
-    assert isinstance(event, dict) and isinstance(event.get("type"), str), raw
-    return event
-
-
-def assert_error_event(event: dict[str, Any], status: int = 400) -> dict[str, Any]:
-    """The nested WS error shape, with a message that leaks nothing of the server."""
-    assert event["type"] == "error", event
-    assert event["status"] == status, event
-    assert set(event["error"]) == ERROR_KEYS
-    assert isinstance(event["error"]["code"], str)
-    assert not LEAK.search(event["error"]["message"]), event
-    return event["error"]
 
 
 def create(ws: ClientConnection, **body: Any) -> None:
@@ -165,11 +148,18 @@ def test_many_bad_frames_in_a_row_never_stick_the_default_lane(room: LabkitServe
         still_serving(ws)
 
 
-def test_nan_is_never_emitted(room: LabkitServer) -> None:
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_nan_is_never_emitted(room: LabkitServer, number: str) -> None:
+    """A number JSON cannot carry, sent in ``reasoning``, which every event of a response echoes
+    as it was sent: accepted, it would be on the wire from ``response.created`` on. The frame is
+    refused instead, before any event, and the lane serves on (``recv`` parses every frame strictly)."""
+    body = {"type": "response.create", "model": MODEL, "input": "hi", "reasoning": {"x": "NUMBER"}}
+    frame = json.dumps(body).replace('"NUMBER"', number)
     with socket(room) as ws:
-        create(ws, model=MODEL, input="hi", store=False, temperature=0.7, top_p=1, reasoning={"x": 1e300})
-        while recv(ws)["type"] not in TERMINAL:
-            pass  # recv parses every frame strictly
+        ws.send(frame)
+        error = assert_error_event(recv(ws))  # the first event: nothing of a response came before it
+        assert error["code"] == "invalid_json" and number in error["message"], error
+        still_serving(ws)
 
 
 # ---------------------------------------------------------------- frames it cannot use

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +18,7 @@ import pytest
 from conftest import (
     API_KEY,
     CALL_TURN_EVENTS,
+    FIVE_ITEMS,
     READ_FILE_TOOL,
     TEXT_TURN_EVENTS,
     auth_headers,
@@ -593,15 +593,6 @@ def test_retrieve_unknown_404(client: OpenAI, server: LabkitServer) -> None:
     error_of(httpx.get(f"{server.base_url}/responses/resp_nope", headers=auth_headers()), 404)
 
 
-FIVE_ITEMS = [
-    {"role": "developer", "content": "You are terse."},
-    {"role": "user", "content": "one"},
-    {"role": "assistant", "content": [{"type": "output_text", "text": "two", "annotations": []}]},
-    {"role": "user", "content": [{"type": "input_text", "text": "three"}]},
-    {"type": "message", "role": "user", "content": "four"},
-]
-
-
 def test_input_items_order_and_pagination(client: OpenAI) -> None:
     r = client.responses.create(model=MODEL, input=FIVE_ITEMS)
     asc = client.responses.input_items.list(r.id, order="asc")
@@ -758,38 +749,7 @@ def test_unknown_route_error_shape(server: LabkitServer) -> None:
     assert err["type"] == "not_found_error"
 
 
-# ---------------------------------------------------------------- 9. persistence across restart
-
-
-def test_persistence_across_restart(tmp_path: Path) -> None:
-    srv = LabkitServer(db=tmp_path / "r.sqlite3")
-    with srv:
-        with OpenAI(base_url=srv.base_url, api_key=API_KEY, max_retries=0) as c:
-            first = c.responses.create(model=MODEL, input=FIVE_ITEMS, tools=[READ_FILE_TOOL])
-            ids = [i.id for i in c.responses.input_items.list(first.id, order="asc")]
-        old_url = srv.base_url
-        srv.restart()
-        assert srv.base_url != old_url
-        with OpenAI(base_url=srv.base_url, api_key=API_KEY, max_retries=0) as c:
-            assert c.responses.retrieve(first.id).model_dump() == first.model_dump()
-            assert [i.id for i in c.responses.input_items.list(first.id, order="asc")] == ids
-            call = first.output[0]
-            second = c.responses.create(
-                model=MODEL,
-                previous_response_id=first.id,
-                tools=[READ_FILE_TOOL],
-                input=[{"type": "function_call_output", "call_id": call.call_id, "output": "ok"}],
-            )
-            assert second.status == "completed"
-            assert second.previous_response_id == first.id
-            assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
-            # the item store survived too: references resolve
-            ref = c.responses.create(model=MODEL, input=[{"type": "item_reference", "id": call.id}])
-            assert ref.status == "completed"
-    assert (tmp_path / "r.sqlite3").exists()
-
-
-# ---------------------------------------------------------------- 10. API keys
+# ---------------------------------------------------------------- 9. API keys
 
 
 @pytest.fixture(scope="module")
@@ -843,7 +803,7 @@ def test_responses_are_private_to_their_key(
     assert client.responses.retrieve(r.id).id == r.id
 
 
-# ---------------------------------------------------------------- 11. replayed items, Codex and Vercel style
+# ---------------------------------------------------------------- 10. replayed items, Codex and Vercel style
 
 
 CODEX_TOOLS = [
@@ -985,7 +945,7 @@ def test_unknown_item_reference_is_400(client: OpenAI, server: LabkitServer) -> 
     assert err["param"] == "input[0].id"
 
 
-# ---------------------------------------------------------------- 12. raw SSE framing
+# ---------------------------------------------------------------- 11. raw SSE framing
 
 
 def check_frames(text: str) -> list[dict[str, Any]]:

@@ -73,7 +73,7 @@ def test_the_frame_keeps_what_the_spans_know(server: lab.LabkitServer) -> None:
     assert ws["input_safety"].iloc[1:].between(300, 400).all()
     assert ws["render"].iloc[1:].between(300, 400).all()
     assert lab.span_detail(frames["naive"], "render", "cache").eq("none").all()
-    assert lab.span_detail(frames["websocket"], "render", "cache").iloc[1:].eq("connection").all()
+    assert lab.span_detail(frames["websocket"], "render", "cache").iloc[1:].eq("connection_cache").all()
     assert lab.span_detail(frames["websocket"], "hydration", "source").iloc[1:].eq("connection_cache").all()
     replicas = lab.span_detail(frames["websocket"], "routing", "replica").dropna()
     assert replicas.nunique() == 1

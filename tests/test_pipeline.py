@@ -16,23 +16,26 @@ from __future__ import annotations
 
 import json
 import socket
-import sqlite3
 import struct
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pandas as pd
 import pytest
-from conftest import API_KEY, auth_headers, by_stage, server_spans, two_http_turns
-from openai import OpenAI
+from conftest import (
+    API_KEY,
+    auth_headers,
+    by_stage,
+    server_spans,
+    two_http_turns,
+    wait_for_rows,
+    ws_connect,
+    ws_turn,
+)
 from websockets.exceptions import InvalidStatus
-from websockets.sync.client import ClientConnection, connect
 
 from labkit import designs
 from labkit.analysis.cost_model import predict
@@ -47,7 +50,7 @@ from labkit.client.transports import StatelessHTTP, Transport, TurnRequest, Turn
 from labkit.engine.render import encode_block, item_block
 from labkit.engine.safety import classifier_texts, scan
 from labkit.paths import default_data_dir
-from labkit.profiles import Network, Safety, load_profile
+from labkit.profiles import load_profile
 from labkit.scenarios import synthetic
 from labkit.text.tokenizer import encode_text
 
@@ -58,8 +61,6 @@ SCENARIO = synthetic(turns=TURNS, output_tokens=20, tool_tokens=TOOL_TOKENS, ins
 # Sprint runs first, so it meets the fresh server's cold model-configuration cache.
 DESIGNS = ("sprint", "naive", "websocket", "appended")
 REPO_DATA = default_data_dir()
-TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-POLL_S = 10.0  # the longest any test waits for an overlapped ledger write
 
 
 # ---------------------------------------------------------------- helpers
@@ -75,65 +76,11 @@ def scanned_tokens(items: list[dict[str, Any]]) -> int:
     return scan(classifier_texts(items)).tokens
 
 
-def ledger(db: Path, response_id: str) -> list[tuple[Any, ...]]:
-    """The ledger rows of one response: (status, input_tokens, cached_tokens, output_tokens)."""
-    with sqlite3.connect(db) as conn:
-        query = "SELECT status, input_tokens, cached_tokens, output_tokens FROM billing WHERE response_id = ?"
-        return conn.execute(query, (response_id,)).fetchall()
-
-
-def wait_for_rows(db: Path, response_ids: list[str]) -> dict[str, list[tuple[Any, ...]]]:
-    """Poll until every response has a ledger row (bounded), then return the rows."""
-    deadline = time.monotonic() + POLL_S
-    while True:
-        rows = {rid: ledger(db, rid) for rid in response_ids}
-        if all(rows.values()) or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.02)
-
-
-def profile_with(tmp: Path, name: str, **sections: dict[str, float]) -> Path:
-    """The local profile with some fields changed, written as ``tmp/name.toml``."""
-    text = (REPO_DATA / "profiles" / "local.toml").read_text()
-    for section, values in sections.items():
-        for key, value in values.items():
-            head = f"[{section}]\n{key} = "
-            start = text.index(head) + len(head)
-            end = text.index("\n", start)
-            text = text[:start] + str(value) + text[end:]
-    path = tmp / f"{name}.toml"
-    path.write_text(text)
-    return path
-
-
-def unique_instructions() -> str:
-    return f"Session {uuid.uuid4().hex}. You are a careful coding agent. " + "Read before you write. " * 20
-
-
 def one_turn(transport: StatelessHTTP, text: str = "Say hello.") -> TurnResult:
     user = {"type": "message", "role": "user", "content": text}
     return transport.turn(
         TurnRequest(model=MODEL, instructions="Be brief.", tools=[], history=[user], new=[user])
     )
-
-
-def ws_connect(server: LabkitServer, query: str = "", **headers: str) -> ClientConnection:
-    return connect(
-        server.ws_url + query,
-        additional_headers={**auth_headers(), **headers},
-        open_timeout=10,
-        max_size=None,
-    )
-
-
-def ws_turn(ws: ClientConnection, **body: Any) -> dict[str, Any]:
-    """One ``response.create`` on a raw socket; the terminal event's response."""
-    ws.send(json.dumps({"type": "response.create", "model": MODEL, **body}))
-    while True:
-        event = json.loads(ws.recv(timeout=30))
-        if event["type"] in TERMINAL:
-            return event["response"]
-        assert event["type"] != "error", event
 
 
 # ---------------------------------------------------------------- the shared rollouts
@@ -273,7 +220,7 @@ def test_websocket_scans_and_renders_only_the_new_items(observed: dict[str, Obse
         assert [item["type"] for item in request.new] == ["function_call_output"]
         assert safety["items"] == 1
         assert safety["tokens"] == scanned_tokens(request.new)
-        assert render["detail"]["cache"] == "connection"
+        assert render["detail"]["cache"] == "connection_cache"
         assert render["items"] == 1
         assert render["tokens"] == block_tokens(request.new)
         # Constant across turns: 3 markup tokens + the tool output; only the call id's header varies.
@@ -309,7 +256,7 @@ def test_a_websocket_follow_up_works_only_on_what_is_new(local: LabkitServer) ->
     for record in rollout.records[1:]:
         spans = by_stage(rollout.spans[record.response_id])
         render, prefill, retain = spans["render"], spans["prefill"], spans["retain"]
-        assert render["detail"]["cache"] == "connection"
+        assert render["detail"]["cache"] == "connection_cache"
         assert render["items"] == 1  # the tool output: the only new item
         assert render["detail"]["copied_ids"] == 0  # the history's ids are shared, not copied
         assert retain["detail"]["copied_ids"] == 0  # ... and so is the render cache's entry
@@ -423,91 +370,6 @@ def test_one_ledger_row_per_response_in_every_design(
             assert rows[rid][0] == expected, design
 
 
-@pytest.fixture(scope="module")
-def slow_billing(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """No modeled delays but a 300 ms billing service, so an overlapped charge is visibly pending."""
-    return profile_with(tmp_path_factory.mktemp("profiles"), "slow-billing", billing={"hop_ms": 300})
-
-
-@pytest.fixture(scope="module")
-def billing_server(slow_billing: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabkitServer]:
-    db = tmp_path_factory.mktemp("billing") / "ledger.sqlite3"
-    with LabkitServer(db=db, args=["--profile", str(slow_billing)]) as srv:
-        yield srv
-
-
-@pytest.mark.parametrize("design", ["naive", "sprint"])
-def test_blocking_designs_write_the_row_before_answering(billing_server: LabkitServer, design: str) -> None:
-    reply = httpx.post(
-        f"{billing_server.base_url}/responses",
-        json={"model": MODEL, "input": "Say hello.", "store": False},
-        headers={**auth_headers(), DESIGN_HEADER: design},
-        timeout=30,
-    )
-    assert reply.status_code == 200, reply.text
-    response = reply.json()
-    rows = ledger(billing_server.db, response["id"])  # no waiting: it must be there already
-    assert rows == [("completed", response["usage"]["input_tokens"], 0, response["usage"]["output_tokens"])]
-    billing = by_stage(server_spans(billing_server.base_url, response["id"]))["billing"]
-    assert billing["detail"]["overlapped"] is False
-
-
-@pytest.mark.parametrize("design", ["naive", "sprint"])
-def test_sse_client_closing_after_completion_is_billed_once(
-    billing_server: LabkitServer, design: str
-) -> None:
-    body = {"model": MODEL, "input": "Say hello.", "stream": True, "store": False}
-    completed = None
-    with (
-        httpx.Client(timeout=30) as http,
-        http.stream(
-            "POST",
-            f"{billing_server.base_url}/responses",
-            json=body,
-            headers={**auth_headers(), DESIGN_HEADER: design},
-        ) as reply,
-    ):
-        for line in reply.iter_lines():
-            if line.startswith("data: "):
-                event = json.loads(line[len("data: ") :])
-                if event["type"] == "response.completed":
-                    completed = event["response"]
-                    break  # leave mid-stream: the socket closes without reading further
-    assert completed is not None
-    assert [row[0] for row in ledger(billing_server.db, completed["id"])] == ["completed"]
-
-
-def test_ws_client_disconnecting_after_completion_is_billed_once(billing_server: LabkitServer) -> None:
-    with ws_connect(billing_server, "?design=websocket") as ws:
-        response = ws_turn(ws, input="Say hello.", store=False)
-    # The socket is closed; the overlapped charge is still on its way to the ledger.
-    rows = wait_for_rows(billing_server.db, [response["id"]])[response["id"]]
-    assert [row[0] for row in rows] == ["completed"]
-    billing = by_stage(server_spans(billing_server.base_url, response["id"]))["billing"]
-    assert billing["detail"]["overlapped"] is True
-
-
-def test_shutdown_drains_the_overlapped_billing_queue(slow_billing: Path, tmp_path: Path) -> None:
-    db = tmp_path / "ledger.sqlite3"
-    srv = LabkitServer(db=db, args=["--profile", str(slow_billing)]).start()
-    try:
-        ids = []
-        with ws_connect(srv) as ws:
-            for i in range(5):  # five charges queue up behind a 300 ms billing service
-                ids.append(ws_turn(ws, input=f"Say hello {i}.", store=False)["id"])
-            srv.stop()  # right after the last completion, socket still open
-    finally:
-        srv.close()
-    with sqlite3.connect(db) as conn:
-        counts = {
-            rid: conn.execute("SELECT COUNT(*) FROM billing WHERE response_id = ?", (rid,)).fetchone()[0]
-            for rid in ids
-        }
-        total = conn.execute("SELECT COUNT(*) FROM billing").fetchone()[0]
-    assert counts == dict.fromkeys(ids, 1)
-    assert total == len(ids)
-
-
 # ---------------------------------------------------------------- 3. the network model (production-like)
 
 
@@ -595,52 +457,7 @@ def test_websocket_set_up_is_reported_with_the_first_response_only(server: Labki
         assert not {"connect", "upgrade", "auth"} & set(later), later
 
 
-# ---------------------------------------------------------------- 4. routing (production-like: 4 replicas)
-
-
-def conversation(client: OpenAI, turns: int, **options: Any) -> list[Any]:
-    """Stateless turns of one conversation (whole history each time); the responses."""
-    instructions, history, responses = unique_instructions(), [], []
-    for i in range(turns):
-        history.append({"role": "user", "content": f"Step {i}: say something short."})
-        response = client.responses.create(
-            model=MODEL, instructions=instructions, input=history, store=False, **options
-        )
-        responses.append(response)
-        history += [{"role": "assistant", "content": response.output_text}]
-    return responses
-
-
-def replica_of(server: LabkitServer, response_id: str) -> str:
-    return by_stage(server_spans(server.base_url, response_id))["routing"]["detail"]["replica"]
-
-
-def test_prompt_cache_key_keeps_a_conversation_on_one_replica(client: OpenAI, server: LabkitServer) -> None:
-    responses = conversation(client, 4, prompt_cache_key=f"conv-{uuid.uuid4().hex}")
-    assert len({replica_of(server, r.id) for r in responses}) == 1
-    assert responses[0].usage.input_tokens_details.cached_tokens == 0
-    for later in responses[1:]:
-        assert later.usage.input_tokens_details.cached_tokens > 0
-
-
-def test_without_a_key_requests_round_robin_over_the_replicas(client: OpenAI, server: LabkitServer) -> None:
-    assert load_profile("production-like", REPO_DATA).engine.replicas == 4
-    responses = conversation(client, 4)
-    assert sorted(replica_of(server, r.id) for r in responses) == [f"replica-{i}" for i in range(4)]
-    # Each request met a replica that had never seen this conversation.
-    assert [r.usage.input_tokens_details.cached_tokens for r in responses] == [0] * 4
-
-
-def test_a_websocket_connection_stays_on_one_replica(server: LabkitServer) -> None:
-    with ws_connect(server) as ws:
-        # Independent responses without a cache key: over HTTP these would round-robin.
-        ids = [ws_turn(ws, input=f"Hello {i}.", store=False)["id"] for i in range(4)]
-        chained = ws_turn(ws, input="And again.", previous_response_id=ids[-1], store=False)["id"]
-    assert len({replica_of(server, rid) for rid in ids}) == 1
-    assert by_stage(server_spans(server.base_url, chained))["routing"]["detail"] == {"reused": True}
-
-
-# ---------------------------------------------------------------- 5. design selection
+# ---------------------------------------------------------------- 4. design selection
 
 
 def test_unknown_design_header_is_a_400(server: LabkitServer) -> None:
@@ -686,7 +503,7 @@ def test_websocket_without_a_design_is_websocket(server: LabkitServer) -> None:
         second = ws_turn(ws, input="More.", previous_response_id=first["id"], store=False)
     spans = by_stage(server_spans(server.base_url, second["id"]))
     assert spans["hydration"]["detail"]["source"] == "connection_cache"
-    assert spans["render"]["detail"]["cache"] == "connection"
+    assert spans["render"]["detail"]["cache"] == "connection_cache"
     assert spans["billing"]["detail"]["overlapped"] is True
     assert "intermediary" not in spans
 
@@ -703,68 +520,7 @@ def test_serve_design_flag_changes_the_http_default() -> None:
     assert "intermediary" not in [s["stage"] for s in sprint_first]  # the header still wins
 
 
-# ---------------------------------------------------------------- 6. profiles
-
-
-@pytest.mark.parametrize("name", ["local", "production-like"])
-def test_shipped_profiles_load(name: str) -> None:
-    profile = load_profile(name, REPO_DATA)
-    assert profile.name == name
-    assert profile.engine.replicas >= 1 and profile.engine.block_size == 16
-    if name == "local":
-        assert profile.network.handshake_s() == 0 and profile.network.one_way_s() == 0
-        assert profile.safety.cost_s(10_000, fast=False) == 0
-        assert profile.billing.hop_ms == profile.intermediary.hop_ms == 0
-    else:
-        assert profile.network.rtt_ms == 20 and profile.engine.replicas == 4
-        assert profile.network.handshake_s() == pytest.approx(0.040)
-        assert profile.safety.cost_s(1000, fast=True) < profile.safety.cost_s(1000, fast=False)
-
-
-def test_profile_by_path(tmp_path: Path) -> None:
-    path = profile_with(tmp_path, "custom", billing={"hop_ms": 42})
-    profile = load_profile(str(path), tmp_path)
-    assert (profile.name, profile.billing.hop_ms) == ("custom", 42)
-
-
-def test_profile_missing_field_is_named(tmp_path: Path) -> None:
-    text = (REPO_DATA / "profiles" / "local.toml").read_text().replace("fast_ms_per_1k_tokens = 0\n", "")
-    (tmp_path / "profiles").mkdir()
-    (tmp_path / "profiles" / "broken.toml").write_text(text)
-    with pytest.raises(ValueError, match=r"\[safety\] lacks fast_ms_per_1k_tokens"):
-        load_profile("broken", tmp_path)
-
-
-def test_profile_missing_section_is_named(tmp_path: Path) -> None:
-    text = (REPO_DATA / "profiles" / "local.toml").read_text().replace("[intermediary]\nhop_ms = 0\n", "")
-    path = tmp_path / "partial.toml"
-    path.write_text(text)
-    with pytest.raises(ValueError, match=r"lacks the \[intermediary\] section"):
-        load_profile(str(path), tmp_path)
-
-
-def test_unknown_profile_lists_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown profile 'nowhere'") as err:
-        load_profile("nowhere", tmp_path)
-    assert "local" in str(err.value) and "production-like" in str(err.value)
-
-
-def test_safety_cost_formula() -> None:
-    safety = Safety(hop_ms=10, ms_per_1k_tokens=1.0, fast_hop_ms=4, fast_ms_per_1k_tokens=0.3)
-    # Standard: 10 ms hop + 2.5k tokens * 1.0 ms/1k = 12.5 ms. Fast: 4 + 2.5 * 0.3 = 4.75 ms.
-    assert safety.cost_s(2500, fast=False) == pytest.approx(0.0125)
-    assert safety.cost_s(2500, fast=True) == pytest.approx(0.00475)
-    assert safety.cost_s(0, fast=False) == pytest.approx(0.010)
-
-
-def test_network_handshake_formula() -> None:
-    # TCP (1 round trip) + TLS 1.2 (2 round trips) at 30 ms: 90 ms; half a round trip each way.
-    network = Network(rtt_ms=30, tcp_handshake_round_trips=1, tls_handshake_round_trips=2)
-    assert network.handshake_s() == pytest.approx(0.090)
-    assert network.one_way_s() == pytest.approx(0.015)
-
-
-# ---------------------------------------------------------------- 8. the rollout DataFrame and metrics
+# ---------------------------------------------------------------- 5. the rollout DataFrame and metrics
 
 
 @pytest.mark.parametrize("design", DESIGNS)

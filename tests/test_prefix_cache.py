@@ -80,16 +80,16 @@ def test_same_block_at_a_different_position_is_a_miss() -> None:
     assert cache.lookup([*a, *a, *b]) == 4  # the first a hits, then a-after-a is new
 
 
-def test_block_keys_chain_their_parents() -> None:
+def test_block_hashes_chain_their_parents() -> None:
     cache = PrefixCache(block_size=4, capacity_tokens=64)
     a, b = seq(0, 4), seq(10, 4)
-    keys_ab = cache.block_keys([*a, *b])
-    keys_bb = cache.block_keys([*b, *b])
-    assert len(keys_ab) == 2
-    assert keys_ab[0] == cache.block_keys(a)[0]
-    assert keys_ab[1] != keys_bb[0]  # same tokens, different prefix
-    assert keys_bb[0] != keys_bb[1]  # same tokens, different position
-    assert cache.block_keys([*a, *b, 1, 2]) == keys_ab  # the partial block has no key
+    hashes_ab = cache.block_hashes([*a, *b])
+    hashes_bb = cache.block_hashes([*b, *b])
+    assert len(hashes_ab) == 2
+    assert hashes_ab[0] == cache.block_hashes(a)[0]
+    assert hashes_ab[1] != hashes_bb[0]  # same tokens, different prefix
+    assert hashes_bb[0] != hashes_bb[1]  # same tokens, different position
+    assert cache.block_hashes([*a, *b, 1, 2]) == hashes_ab  # the partial block has no hash
 
 
 # ---------------------------------------------------------------- LRU eviction
@@ -240,29 +240,29 @@ class FullRefreshLRU:
     most recent end (tail first, root last) and eviction pops the least recent block."""
 
     def __init__(self, block_size: int, capacity_blocks: int) -> None:
-        self.cache = PrefixCache(block_size, block_size * capacity_blocks)  # for block_keys only
+        self.cache = PrefixCache(block_size, block_size * capacity_blocks)  # for block_hashes only
         self.capacity_blocks = capacity_blocks
         self.blocks: OrderedDict[int, None] = OrderedDict()
         self.evicted = 0
 
-    def _refresh(self, keys: list[int]) -> None:
-        for key in reversed(keys):
-            self.blocks.move_to_end(key)
+    def _refresh(self, hashes: list[int]) -> None:
+        for block in reversed(hashes):
+            self.blocks.move_to_end(block)
 
     def lookup(self, tokens: list[int]) -> int:
         hits = []
-        for key in self.cache.block_keys(tokens):
-            if key not in self.blocks:
+        for block in self.cache.block_hashes(tokens):
+            if block not in self.blocks:
                 break
-            hits.append(key)
+            hits.append(block)
         self._refresh(hits)
         return len(hits) * self.cache.block_size
 
     def insert(self, tokens: list[int]) -> None:
-        keys = self.cache.block_keys(tokens)
-        for key in keys:
-            self.blocks.setdefault(key, None)
-        self._refresh(keys)
+        hashes = self.cache.block_hashes(tokens)
+        for block in hashes:
+            self.blocks.setdefault(block, None)
+        self._refresh(hashes)
         while len(self.blocks) > self.capacity_blocks:
             self.blocks.popitem(last=False)
             self.evicted += 1
@@ -292,10 +292,10 @@ def test_the_cache_evicts_exactly_as_a_full_refresh_lru_would(
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(1, 4), st.lists(st.tuples(branching, branching), min_size=1, max_size=12))
-def test_known_keys_and_a_tail_give_the_answers_of_the_whole_prompt(
+def test_known_hashes_and_a_tail_give_the_answers_of_the_whole_prompt(
     block_size: int, turns: list[tuple[list[int], list[int]]]
 ) -> None:
-    """A growing conversation passed with its known keys and a generation-prompt tail is
+    """A growing conversation passed with its known hashes and a generation-prompt tail is
     looked up and inserted exactly as the whole prompt would be."""
     cheap = PrefixCache(block_size=block_size, capacity_tokens=block_size * 6)
     whole = PrefixCache(block_size=block_size, capacity_tokens=block_size * 6)
@@ -306,9 +306,9 @@ def test_known_keys_and_a_tail_give_the_answers_of_the_whole_prompt(
         assert cheap.lookup(tokens, known, tail=tail) == whole.lookup(tokens + tail)
         cheap.insert(tokens, known, tail=tail)
         whole.insert(tokens + tail)
-        known += cheap.insert(tokens, known)  # retain: the keys after the known ones
+        known += cheap.insert(tokens, known)  # retain: the hashes after the known ones
         whole.insert(tokens)
-        assert known == cheap.block_keys(tokens)
+        assert known == cheap.block_hashes(tokens)
         assert len(cheap) == len(whole)
 
 
@@ -316,7 +316,7 @@ def test_known_keys_and_a_tail_give_the_answers_of_the_whole_prompt(
 
 
 def test_a_growing_conversation_costs_only_its_growth() -> None:
-    """With its known keys, each turn hashes only its new blocks and touches a fixed number of
+    """With its known hashes, each turn hashes only its new blocks and touches a fixed number of
     entries plus the new blocks: the same on turn 100 as on turn 2 (counts, not time)."""
     cache = PrefixCache(block_size=16, capacity_tokens=1_000_000)
     tokens: list[int] = []
@@ -335,7 +335,7 @@ def test_a_growing_conversation_costs_only_its_growth() -> None:
     assert max(touched for _, touched in per_turn[1:]) <= 3 * (10 + 3)
 
 
-def test_without_known_keys_a_lookup_probes_a_logarithmic_number_of_blocks() -> None:
+def test_without_known_hashes_a_lookup_probes_a_logarithmic_number_of_blocks() -> None:
     cache = PrefixCache(block_size=4, capacity_tokens=100_000)
     tokens = seq(0, 4096)  # 1,024 blocks
     cache.insert(tokens)
@@ -353,13 +353,3 @@ def test_the_stale_heap_is_rebuilt_and_stays_bounded() -> None:
     for _ in range(5000):  # every use leaves one stale entry behind
         assert cache.lookup(tokens) == 8
     assert len(cache._leaves) <= 2 * len(cache) + 1025
-
-
-def test_a_replica_keeps_the_cache_the_profile_sized() -> None:
-    # An empty cache has no length: it must still be the one the router built from the profile.
-    from labkit.engine.catalogue import load_catalogue
-    from labkit.server.routing import Router
-
-    router = Router(load_catalogue(), 2, block_size=32, cache_capacity_tokens=2_000_000)
-    for replica in router.replicas:
-        assert (replica.cache.block_size, replica.cache.capacity_blocks) == (32, 2_000_000 // 32)

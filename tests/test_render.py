@@ -19,10 +19,10 @@ from labkit.engine.render import (
     TokenView,
     encode_block,
     encode_rendered,
-    header_key,
     item_block,
     render_conversation,
     system_block,
+    system_digest,
 )
 from labkit.text.tokenizer import IM_START, SPECIAL_TOKENS, encode_text
 
@@ -236,7 +236,7 @@ def test_fork_shares_with_zero_work_and_does_not_alias() -> None:
     buf.append([USER, CALL])
     ids_before, encoded_before = list(buf.ids), buf.encoded
     fork = buf.fork()
-    assert fork.key == buf.key
+    assert fork.system_digest == buf.system_digest
     assert fork.ids == buf.ids
     assert fork.items == buf.items == 2
     assert fork.encoded == 0
@@ -253,13 +253,14 @@ def test_fork_shares_with_zero_work_and_does_not_alias() -> None:
     assert buf.ids == ids_before + encode_block(*item_block(USER))
 
 
-def test_views_of_one_buffer_keep_their_block_keys_apart() -> None:
+def test_views_of_one_buffer_keep_their_block_hashes_apart() -> None:
     buf = TokenBuffer.start("Be brief.", [])
-    buf.add_block_keys([1, 2])
+    buf.add_block_hashes([1, 2])
     a, b = buf.fork(), buf.fork()
-    a.add_block_keys([3])
-    b.add_block_keys([4, 5])  # past a's keys: b copies its two first
-    assert (list(buf.block_keys), list(a.block_keys), list(b.block_keys)) == ([1, 2], [1, 2, 3], [1, 2, 4, 5])
+    a.add_block_hashes([3])
+    b.add_block_hashes([4, 5])  # past a's hashes: b copies its two first
+    views = (buf.block_hashes, a.block_hashes, b.block_hashes)
+    assert [list(view) for view in views] == [[1, 2], [1, 2, 3], [1, 2, 4, 5]]
     assert (a.copied, b.copied) == (0, 2)
 
 
@@ -303,7 +304,7 @@ def test_encoded_counts_exactly_the_tokens_added(
     assert buf.encoded == len(buf.ids)
 
 
-# ---------------------------------------------------------------- the header key
+# ---------------------------------------------------------------- the system digest
 
 LS = {
     "type": "function",
@@ -313,11 +314,11 @@ LS = {
 }
 
 
-def test_header_key_is_stable_for_equal_inputs() -> None:
-    assert header_key("Be brief.", [LS]) == header_key("Be brief.", [json.loads(json.dumps(LS))])
-    assert header_key(None, []) == header_key("", [])
+def test_system_digest_is_stable_for_equal_inputs() -> None:
+    assert system_digest("Be brief.", [LS]) == system_digest("Be brief.", [json.loads(json.dumps(LS))])
+    assert system_digest(None, []) == system_digest("", [])
     assert system_block(None, []) == system_block("", [])
-    assert TokenBuffer.start("Be brief.", [LS]).key == header_key("Be brief.", [LS])
+    assert TokenBuffer.start("Be brief.", [LS]).system_digest == system_digest("Be brief.", [LS])
 
 
 @pytest.mark.parametrize(
@@ -333,27 +334,29 @@ def test_header_key_is_stable_for_equal_inputs() -> None:
         ("Be brief.", [{"type": "web_search"}, LS]),
     ],
 )
-def test_header_key_changes_with_instructions_or_tools(instructions: str | None, tools: list[Item]) -> None:
-    assert header_key(instructions, tools) != header_key("Be brief.", [LS])
+def test_system_digest_changes_with_instructions_or_tools(
+    instructions: str | None, tools: list[Item]
+) -> None:
+    assert system_digest(instructions, tools) != system_digest("Be brief.", [LS])
     assert system_block(instructions, tools) != system_block("Be brief.", [LS])
 
 
-def test_equal_header_keys_mean_equal_system_blocks() -> None:
-    # property order is rendered ("{a?: string, b?: number}"), so it must be part of the key
+def test_equal_system_digests_mean_equal_system_blocks() -> None:
+    # property order is rendered ("{a?: string, b?: number}"), so it must be part of the digest
     props_ab = {"a": {"type": "string"}, "b": {"type": "integer"}}
     props_ba = {"b": {"type": "integer"}, "a": {"type": "string"}}
     tool_ab = {**LS, "parameters": {"type": "object", "properties": props_ab}}
     tool_ba = {**LS, "parameters": {"type": "object", "properties": props_ba}}
     assert system_block("x", [tool_ab]) != system_block("x", [tool_ba])
-    assert header_key("x", [tool_ab]) != header_key("x", [tool_ba])
+    assert system_digest("x", [tool_ab]) != system_digest("x", [tool_ba])
 
 
 @settings(max_examples=100, deadline=None)
 @given(instructions, tool_lists, instructions, tool_lists)
-def test_equal_keys_imply_equal_system_blocks(
+def test_equal_digests_imply_equal_system_blocks(
     instr_a: str | None, tools_a: list[Item], instr_b: str | None, tools_b: list[Item]
 ) -> None:
     for instr, tools in ((instr_a, tools_a), (instr_b, tools_b)):
-        assert header_key(instr, tools) == header_key(instr, json.loads(json.dumps(tools)))
-    if header_key(instr_a, tools_a) == header_key(instr_b, tools_b):
+        assert system_digest(instr, tools) == system_digest(instr, json.loads(json.dumps(tools)))
+    if system_digest(instr_a, tools_a) == system_digest(instr_b, tools_b):
         assert system_block(instr_a, tools_a) == system_block(instr_b, tools_b)

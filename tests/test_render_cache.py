@@ -1,4 +1,4 @@
-"""The sprint's render cache: prefix keys, longest-prefix lookup, eviction by the bytes held, and
+"""The sprint's render cache: prefix digests, longest-prefix lookup, eviction by the bytes held, and
 the event loop's thread only."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import tracemalloc
 from collections.abc import Callable
 
 from labkit.engine.render import TokenBuffer
-from labkit.server.render_cache import ENTRY_BYTES, PrefixHasher, RenderCache, buffer_bytes, prefix_keys
+from labkit.server.render_cache import ENTRY_BYTES, PrefixHasher, RenderCache, buffer_bytes, prefix_digests
 from labkit.text.tokenizer import encode_text
 
 USER = {"type": "message", "role": "user", "content": "Fix the failing test."}
@@ -22,20 +22,20 @@ def rendered(items: list[dict]) -> TokenBuffer:
     return buffer
 
 
-def test_keys_name_prefixes_and_ignore_ids_and_status() -> None:
-    keys = prefix_keys("h", [USER, CALL, OUTPUT])
-    assert len(set(keys)) == 3
+def test_digests_name_prefixes_and_ignore_ids_and_status() -> None:
+    digests = prefix_digests("h", [USER, CALL, OUTPUT])
+    assert len(set(digests)) == 3
     replayed = {**CALL, "id": "fc_9", "status": "completed"}  # as clients replay it
-    assert prefix_keys("h", [USER, replayed]) == keys[:2]
-    assert prefix_keys("other header", [USER]) != keys[:1]
+    assert prefix_digests("h", [USER, replayed]) == digests[:2]
+    assert prefix_digests("other system block", [USER]) != digests[:1]
 
 
-def test_a_hasher_extended_in_steps_gives_the_same_keys() -> None:
+def test_a_hasher_extended_in_steps_gives_the_same_digests() -> None:
     hasher = PrefixHasher("h")
     first = hasher.extend([USER])
     twin = hasher.copy()
     rest = hasher.extend([CALL, OUTPUT])
-    assert first + rest == prefix_keys("h", [USER, CALL, OUTPUT])
+    assert first + rest == prefix_digests("h", [USER, CALL, OUTPUT])
     assert twin.extend([CALL]) == rest[:1]  # the copy went on from the same state
     assert (hasher.count, hasher.last) == (3, rest[-1])
 
@@ -43,12 +43,13 @@ def test_a_hasher_extended_in_steps_gives_the_same_keys() -> None:
 def test_longest_prefix_returns_a_fork_and_how_many_items_it_covers() -> None:
     cache = RenderCache()
     short = rendered([USER])
-    cache.put(prefix_keys(short.key, [USER])[-1], short)
-    found, used = cache.longest_prefix(prefix_keys(short.key, [USER, CALL, OUTPUT]))
+    system = short.system_digest
+    cache.put(prefix_digests(system, [USER])[-1], short)
+    found, used = cache.longest_prefix(prefix_digests(system, [USER, CALL, OUTPUT]))
     assert used == 1 and found is not None and found.ids == short.ids
     found.append([CALL])
-    assert cache.longest_prefix(prefix_keys(short.key, [USER]))[0].ids == short.ids  # not aliased
-    assert cache.longest_prefix(prefix_keys(short.key, [CALL])) == (None, 0)
+    assert cache.longest_prefix(prefix_digests(system, [USER]))[0].ids == short.ids  # not aliased
+    assert cache.longest_prefix(prefix_digests(system, [CALL])) == (None, 0)
 
 
 def test_eviction_keeps_the_bytes_held_under_the_capacity() -> None:
@@ -91,19 +92,19 @@ def traced_bytes(make: Callable[[], object]) -> tuple[object, int]:
 
 
 def test_the_bytes_counted_cover_what_entries_hold() -> None:
-    """``buffer_bytes`` is an upper bound: for an entry's key and bookkeeping (a fork shares the
+    """``buffer_bytes`` is an upper bound: for an entry's digest and bookkeeping (a fork shares the
     ids, so putting one allocates nothing else), and for ids a buffer holds on its own."""
     buffer = rendered([USER])
     cache = RenderCache()
 
     def fill() -> None:
         for i in range(2_000):
-            cache.put(f"{i:064x}", buffer)  # keys as long as the real ones (sha256 hex)
+            cache.put(f"{i:064x}", buffer)  # digests as long as the real ones (sha256 hex)
 
     _, held = traced_bytes(fill)
     assert held <= 2_000 * ENTRY_BYTES
     text = "def handler(request):\n    return respond(request)\n" * 500
-    own, held = traced_bytes(lambda: TokenBuffer(buffer.key, ids=encode_text(text)))
+    own, held = traced_bytes(lambda: TokenBuffer(buffer.system_digest, ids=encode_text(text)))
     assert isinstance(own, TokenBuffer) and held <= buffer_bytes(own)
 
 

@@ -23,27 +23,13 @@ from websockets.sync.client import ClientConnection, connect
 
 from labkit.api.sse import frame
 from labkit.client.launcher import LabkitServer
-from labkit.server.billing import Billing, Charge, Ledger
-from labkit.server.database import Database
 from labkit.server.shutdown import ShutdownNotice
 from labkit.server.trace_stream import TraceFeed, _events
 
-REPO_DATA = Path(__file__).resolve().parent.parent / "data"
 KEY = "sk-labkit-shutdown"
 MODEL = "labkit-spark"
 HANG_BOUND_S = 8.0  # a bound on hanging, not a timing: a healthy shutdown takes well under a second
 SHUTTING_DOWN = ": server shutting down"
-
-
-@pytest.fixture(scope="module")
-def slow_billing(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The local profile with a 300 ms billing service: overlapped charges are still queued at SIGTERM."""
-    text = (REPO_DATA / "profiles" / "local.toml").read_text()
-    head = "[billing]\nhop_ms = "
-    start = text.index(head) + len(head)
-    path = tmp_path_factory.mktemp("profiles") / "slow-billing.toml"
-    path.write_text(text[:start] + "300" + text[text.index("\n", start) :])
-    return path
 
 
 class Subscription:
@@ -217,19 +203,3 @@ def test_the_notice_reaches_listeners_once_and_late_ones_at_once() -> None:
     notice.begin()
     notice.listen(lambda: heard.append("late"))
     assert heard == ["first", "late"]
-
-
-def test_a_charge_after_the_drain_is_written_at_once(tmp_path: Path) -> None:
-    database = Database(tmp_path / "ledger.sqlite3")
-    ledger = Ledger(database)
-
-    async def scenario() -> None:
-        billing = Billing(ledger, hop_s=0.05)
-        billing.charge_later(Charge("resp_queued", "owner", MODEL, 10, 0, 5, "completed"))
-        await billing.drain()
-        assert ledger.count("resp_queued") == 1
-        billing.charge_later(Charge("resp_late", "owner", MODEL, 10, 0, 0, "cancelled"))
-        assert ledger.count("resp_late") == 1  # no worker is left to run a queued one
-
-    asyncio.run(scenario())
-    database.close()

@@ -27,8 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import auth_headers, server_spans, socket_inodes
-from test_room import room_load
+from conftest import auth_headers, room_load, server_spans, socket_inodes
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.client.launcher import LabkitServer

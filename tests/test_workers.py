@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import socket_inodes
+from conftest import port_of, worker_holding
 
 from labkit.client.agent import run_rollout
 from labkit.client.launcher import LabkitServer
@@ -36,23 +36,6 @@ pytestmark = pytest.mark.skipif(
 KEY = "sk-labkit-workers"
 HEADERS = {"content-type": "application/json", "authorization": f"Bearer {KEY}"}
 CHAINS, TURNS = 6, 8
-
-
-def port_of(server: LabkitServer) -> int:
-    return int(server.base_url.rsplit(":", 1)[1].split("/")[0])
-
-
-def worker_holding(server: LabkitServer, client_port: int) -> int:
-    """The worker whose socket is the server's end of the connection from ``client_port``."""
-    port = port_of(server)
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote, inode = fields[1], fields[2], fields[9]
-        if int(local.split(":")[1], 16) == port and int(remote.split(":")[1], 16) == client_port:
-            holders = [pid for pid in server.processes()[1:] if inode in socket_inodes(pid)]
-            assert len(holders) == 1, holders
-            return holders[0]
-    raise AssertionError(f"no connection from port {client_port}")
 
 
 def request(

@@ -2,8 +2,8 @@
 
 Learners send responses over new connections (JSON, SSE and WebSocket mode in turn), so the
 kernel hands them to either worker; subscriptions are opened until each worker holds one, and
-which worker holds a connection is read off /proc (see ``test_workers``), so the test checks
-that traces really cross workers rather than hoping they do.
+which worker holds a connection is read off /proc (``worker_holding``, in conftest.py), so the
+test checks that traces really cross workers rather than hoping they do.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_workers import port_of, worker_holding
+from conftest import port_of, worker_holding
 from websockets.sync.client import connect
 
 from labkit.client.launcher import LabkitServer

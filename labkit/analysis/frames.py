@@ -26,7 +26,7 @@ def stage_work(frame: pd.DataFrame, stages: Iterable[str], *, column: str = "tok
 def span_detail(frame: pd.DataFrame, stage: str, key: str) -> pd.Series:
     """Per turn, one detail of one stage's span (``None`` where the span lacks it).
 
-        span_detail(rollout.frame(), "render", "cache")     # none, render_cache, connection ...
+        span_detail(rollout.frame(), "render", "cache")     # none, miss, render_cache, connection_cache ...
     """
     rows = frame[(frame["source"] == "server") & (frame["stage"] == stage)]
     return rows.set_index("turn")["detail"].map(lambda d: d.get(key))

@@ -54,6 +54,22 @@ class ClientStep(StrEnum):
     DONE = "done"
 
 
+class Source(StrEnum):
+    """Where a stage found what it did not have to do again: the ``source`` detail of a
+    hydration span and the ``cache`` detail of a render span (one vocabulary for both).
+
+    >>> Source.CONNECTION_CACHE == "connection_cache", str(Source.RENDER_CACHE)
+    (True, 'render_cache')
+    """
+
+    CONNECTION_CACHE = "connection_cache"  # the previous response, kept on the WebSocket connection
+    RENDER_CACHE = "render_cache"  # render: the server's renderings, found by conversation prefix
+    STORE = "store"  # hydration: the response store
+    RESPONSE = "response"  # render: an appended rollout resuming on its own rendering
+    MISS = "miss"  # render: the render cache was asked and held no prefix of the conversation
+    NONE = "none"  # hydration: no previous response; render: the design asks no cache
+
+
 # What each stage and client step is, in one sentence: the one source for code comments, the
 # notebooks' glossary (``lab.glossary()``) and the instructor guide.
 DEFINITIONS: dict[str, str] = {

@@ -40,7 +40,7 @@ class Replica:
     ) -> Prefill:
         """Look the prompt ``tokens + tail`` up in the cache, spend the time for the rest, cache it.
 
-        ``known``: block keys already computed for a prefix of the prompt (see ``PrefixCache``);
+        ``known``: block hashes already computed for a prefix of the prompt (see ``PrefixCache``);
         ``tail``: what follows the conversation (the generation prompt), kept apart so the
         conversation is never copied to add it.
         """
@@ -60,6 +60,6 @@ class Replica:
     def retain(
         self, tokens: Sequence[int], known: Sequence[int] = (), work: CacheWork | None = None
     ) -> list[int]:
-        """Keep the KV of a finished turn (prompt and output) for the next turn; returns the keys
+        """Keep the KV of a finished turn (prompt and output) for the next turn; returns the hashes
         of the blocks after ``known``."""
         return self.cache.insert(tokens, known, work=work)

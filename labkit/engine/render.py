@@ -93,9 +93,9 @@ def system_block(instructions: str | None, tools: Sequence[Item]) -> tuple[str, 
     return "system", body
 
 
-def header_key(instructions: str | None, tools: Sequence[Item]) -> str:
-    """A digest of what the system block depends on: equal keys, equal system blocks."""
-    raw = json.dumps([instructions or "", list(tools)])  # key order matters: it is rendered
+def system_digest(instructions: str | None, tools: Sequence[Item]) -> str:
+    """A digest of what the system block depends on: equal digests, equal system blocks."""
+    raw = json.dumps([instructions or "", list(tools)])  # a tool's field order matters: it is rendered
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -193,8 +193,8 @@ class TokenBuffer:
     copy, and the fork that appends first extends the list in place (the other
     views still end where they did). A view that appends after another view has
     grown the list past its end copies its own ids first (copy-on-write): only
-    that case costs a copy, and ``copied`` counts it. The prefix-cache keys of the
-    buffer's full blocks (``block_keys``) are kept the same way.
+    that case costs a copy, and ``copied`` counts it. The prefix-cache hashes of the
+    buffer's full blocks (``block_hashes``) are kept the same way.
 
         >>> base = TokenBuffer.start("Be brief.", [])
         >>> a, b = base.fork(), base.fork()
@@ -206,26 +206,26 @@ class TokenBuffer:
 
     def __init__(
         self,
-        key: str,
+        system_digest: str,
         ids: list[int] | None = None,
         items: int = 0,
         encoded: int = 0,
-        block_keys: list[int] | None = None,
+        block_hashes: list[int] | None = None,
     ) -> None:
-        self.key = key
+        self.system_digest = system_digest  # names the instructions and tools it was rendered with
         self._ids = ids if ids is not None else []
         self._length = len(self._ids)
-        # Prefix-cache block keys of ``ids`` (another reusable artifact: a follow-up hashes only new blocks).
-        self._keys = block_keys if block_keys is not None else []
-        self._key_count = len(self._keys)
+        # Prefix-cache hashes of the blocks of ``ids`` (reused too: a follow-up hashes only new blocks).
+        self._hashes = block_hashes if block_hashes is not None else []
+        self._hash_count = len(self._hashes)
         self.items = items
         self.encoded = encoded
-        self.copied = 0  # ids and keys this view copied to grow (copy-on-write), since it was made
+        self.copied = 0  # ids and block hashes this view copied to grow (copy-on-write), since it was made
 
     @classmethod
     def start(cls, instructions: str | None, tools: Sequence[Item]) -> TokenBuffer:
         ids = encode_block(*system_block(instructions, tools))
-        return cls(key=header_key(instructions, tools), ids=ids, encoded=len(ids))
+        return cls(system_digest(instructions, tools), ids=ids, encoded=len(ids))
 
     def __len__(self) -> int:
         """Token count (O(1))."""
@@ -240,9 +240,9 @@ class TokenBuffer:
         return TokenView(self._ids, self._length)
 
     @property
-    def block_keys(self) -> TokenView:
-        """Prefix-cache keys of the buffer's first full blocks (those retained so far)."""
-        return TokenView(self._keys, self._key_count)
+    def block_hashes(self) -> TokenView:
+        """Prefix-cache hashes of the buffer's first full blocks (those retained so far)."""
+        return TokenView(self._hashes, self._hash_count)
 
     def _growable(self) -> list[int]:
         if len(self._ids) != self._length:  # another view grew the list past this one's end
@@ -277,23 +277,23 @@ class TokenBuffer:
         self.encoded += added
         return added
 
-    def add_block_keys(self, keys: Sequence[int]) -> None:
-        """Keep the keys of the blocks after ``block_keys`` (as ``PrefixCache.insert`` returns them)."""
-        if not keys:
+    def add_block_hashes(self, hashes: Sequence[int]) -> None:
+        """Keep the hashes of the blocks after ``block_hashes`` (as ``PrefixCache.insert`` returns them)."""
+        if not hashes:
             return
-        if len(self._keys) != self._key_count:  # another view added keys past this one's end
-            self._keys = self._keys[: self._key_count]
-            self.copied += self._key_count
-        self._keys.extend(keys)
-        self._key_count = len(self._keys)
+        if len(self._hashes) != self._hash_count:  # another view added hashes past this one's end
+            self._hashes = self._hashes[: self._hash_count]
+            self.copied += self._hash_count
+        self._hashes.extend(hashes)
+        self._hash_count = len(self._hashes)
 
     def fork(self) -> TokenBuffer:
         """Another view of the same ids to extend, with its work counters at zero (the shared
         tokens cost nothing, and nothing is copied until a copy is needed)."""
         twin = TokenBuffer.__new__(TokenBuffer)
-        twin.key, twin.items, twin.encoded, twin.copied = self.key, self.items, 0, 0
+        twin.system_digest, twin.items, twin.encoded, twin.copied = self.system_digest, self.items, 0, 0
         twin._ids, twin._length = self._ids, self._length
-        twin._keys, twin._key_count = self._keys, self._key_count
+        twin._hashes, twin._hash_count = self._hashes, self._hash_count
         return twin
 
     def prompt(self) -> list[int]:

@@ -20,7 +20,7 @@ import hmac
 import os
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
@@ -77,8 +77,8 @@ class KeyLimiter:
     Requests without a key share the anonymous owner, and so share its caps.
 
         >>> limits = KeyLimiter(max_connections=None, max_requests=1)
-        >>> with limits.request("key_a"):
-        ...     limits.request("key_a").__enter__()
+        >>> with limits.request("key_a"), limits.request("key_a"):
+        ...     pass
         Traceback (most recent call last):
         labkit.api.errors.APIError: Too many requests in flight for this API key (at most 1 at once).
     """
@@ -140,13 +140,10 @@ class RequestsPerKey:
         except APIError:
             await self.app(scope, receive, send)
             return
-        try:
-            hold = limits.connection(owner) if subscription else limits.request(owner)
-            hold.__enter__()
-        except APIError as err:
-            await JSONResponse(err.body(), status_code=err.status)(scope, receive, send)
-            return
-        try:
+        with ExitStack() as held:
+            try:
+                held.enter_context(limits.connection(owner) if subscription else limits.request(owner))
+            except APIError as err:
+                await JSONResponse(err.body(), status_code=err.status)(scope, receive, send)
+                return
             await self.app(scope, receive, send)
-        finally:
-            hold.__exit__(None, None, None)

@@ -109,7 +109,7 @@ class Pipeline(PreInference, Sampling, PostInference):
         serve_as(owner)  # the caches this request reaches are its owner's view of them
         return owner
 
-    async def depart(self, turn: Turn) -> None:
+    async def downlink(self, turn: Turn) -> None:
         """The answer's first byte of a segment crossing the network: paid once per segment."""
         if turn.depart():
             with turn.trace.stage(Stage.DOWNLINK):
@@ -120,7 +120,7 @@ class Pipeline(PreInference, Sampling, PostInference):
 
         async def send(event: Event) -> None:
             if not turn.departed:  # checked here: every delta comes this way
-                await self.depart(turn)
+                await self.downlink(turn)
             await emit(event)
 
         return send

@@ -60,7 +60,7 @@ class PostInference:
         """Settle the outputs and keep the whole conversation's KV (and rendering) for next time.
 
         Proportional to what this turn added: the prefix cache hashes the blocks after the
-        buffer's known keys, and the render cache (``Renderings.keep``) keeps a view of the
+        buffer's known block hashes, and the render cache (``Renderings.keep``) keeps a view of the
         buffer (no copy), its running hash reading only the items it has not read yet.
         """
         buffer = turn.buffer
@@ -69,7 +69,7 @@ class PostInference:
             copied = buffer.copied
             span.tokens = self.settle(turn)
             work = CacheWork()
-            buffer.add_block_keys(turn.replica.retain(buffer.ids, buffer.block_keys, work))
+            buffer.add_block_hashes(turn.replica.retain(buffer.ids, buffer.block_hashes, work))
             hashed = self.renderings.keep(turn)
             span.detail.update(
                 hashed_blocks=work.hashed_blocks,
@@ -88,7 +88,7 @@ class PostInference:
             # An appended rollout's tool results are inputs too (stored after the first input).
             inputs = turn.new_items + [i for i in turn.appended if i not in output]
             parent = req.previous_response_id
-            if parent and turn.cache_hit and not self.store.has(turn.owner, parent):
+            if parent and turn.from_connection_cache and not self.store.has(turn.owner, parent):
                 # The history came from an unstored response: store it whole, so it is not lost.
                 inputs, parent = turn.history + inputs, None
             self.store.save(turn.owner, turn.response, inputs, output, parent=parent)

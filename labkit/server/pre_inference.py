@@ -21,7 +21,7 @@ from labkit.api.errors import invalid_request, model_not_found, previous_respons
 from labkit.api.ids import new_id, new_item_id
 from labkit.api.requests import check_new_items, parse_create, stored_form
 from labkit.api.responses import new_response
-from labkit.api.stages import Stage
+from labkit.api.stages import Source, Stage
 from labkit.designs import Over, Runs
 from labkit.engine import timing
 from labkit.engine.catalogue import UnknownModel
@@ -78,14 +78,14 @@ class PreInference:
             prev = req.previous_response_id
             cached = turn.cached if turn.design.connection_cache else None
             if prev is None:
-                turn.history, turn.source = [], "none"
+                turn.history, turn.source = [], Source.NONE
             elif cached is not None and cached.response["id"] == prev:
-                turn.history, turn.source = cached.items, "connection_cache"
+                turn.history, turn.source = cached.items, Source.CONNECTION_CACHE
             else:
                 items = self.store.conversation(turn.owner, prev)
                 if items is None:
                     raise previous_response_not_found(prev)
-                turn.history, turn.source = items, "store"
+                turn.history, turn.source = items, Source.STORE
             turn.new_items = self.resolve_references(req.items, turn.owner)
             # Needs the history: a tool output must answer a call in it (or in the new items).
             check_new_items(turn.history, turn.new_items, turn.owner)
@@ -111,7 +111,7 @@ class PreInference:
     def unseen_input(self, turn: Turn) -> list[Item]:
         """What the input classifier must read: per the plan, the whole history or only the new
         items (when the connection cache vouches for the rest)."""
-        if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.cache_hit:
+        if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.from_connection_cache:
             return turn.new_items
         return turn.items
 
@@ -133,7 +133,7 @@ class PreInference:
             else:
                 buffer, encoded, copied = turn.buffer, turn.buffer.encoded, turn.buffer.copied
                 self.settle(turn)
-                todo, span.detail["cache"] = turn.take_appending(), "response"
+                todo, span.detail["cache"] = turn.take_appending(), Source.RESPONSE
             await append_rendered(buffer, todo, span)
             turn.buffer = buffer
             span.items, span.tokens = len(todo), buffer.encoded - encoded
@@ -144,7 +144,7 @@ class PreInference:
         req = turn.req
         assert req is not None
         with turn.trace.stage(Stage.ROUTING) as span:
-            cached = turn.cached if turn.cache_hit else None
+            cached = turn.cached if turn.from_connection_cache else None
             if cached is not None and cached.model.name == req.model:
                 turn.model, turn.replica, span.detail["reused"] = cached.model, cached.replica, True
                 return
@@ -161,7 +161,7 @@ class PreInference:
             span.detail["replica"] = turn.replica.name
 
     async def intermediary(self, turn: Turn) -> None:
-        if turn.plan[Stage.INTERMEDIARY].runs is not Runs.NEVER:
+        if turn.plan[Stage.INTERMEDIARY].runs is not Runs.SKIPPED:
             with turn.trace.stage(Stage.INTERMEDIARY):
                 await timing.sleep(self.profile.intermediary.hop_ms / 1000)
 

@@ -4,11 +4,11 @@ This module owns the render cache, and this docstring is its contract; the rende
 retain stages, ``Turn.left_behind`` and the WebSocket lanes point here.
 
 **What is cached.** A rendering: a ``TokenBuffer`` (``labkit.engine.render``: a
-conversation's token ids and the prefix-cache keys of its full blocks) and the
+conversation's token ids and the prefix-cache hashes of its full blocks) and the
 ``PrefixHasher`` that names the prefix it renders. Two places keep renderings:
 
-- the sprint's ``RenderCache``, one per server, shared by every connection and key:
-  buffers stored under the hash of their owner, system block and items; the least
+- the sprint's ``RenderCache``, one per server, shared by every connection and owner (API
+  key): buffers stored under the digest of their owner, system block and items; the least
   recently used goes first, past a bound on the bytes its entries hold;
 - the connection cache: each WebSocket lane's latest ``Conversation``
   (``labkit.server.turn``), whose buffer and hasher the lane's next response continues.
@@ -24,7 +24,7 @@ hasher, so whatever it appends, a cached rendering still shows what it showed.
 ``RenderCache`` refuses any other thread: views of one buffer share its ids, so a change
 made beside the loop could reach every view. Work moved to a worker thread
 (``labkit.server.offload``) is given items, or a hasher the turn has just made for
-itself, and returns token ids or keys; the loop appends them (``append_rendered``).
+itself, and returns token ids or digests; the loop appends them (``append_rendered``).
 
 How the cache finds a prefix: a stateless request carries its whole history. Instead of
 tokenizing it all again, the server hashes the conversation item by item (a chained hash
@@ -34,15 +34,15 @@ prefix it has rendered before; only the items after it are tokenized.
     >>> cache = RenderCache()
     >>> items = [{"type": "message", "role": "user", "content": "hi"}]
     >>> buf = TokenBuffer.start("Be brief.", []); _ = buf.append(items)
-    >>> cache.put(prefix_keys(buf.key, items)[-1], buf)
-    >>> hit, used = cache.longest_prefix(prefix_keys(buf.key, items + items))
+    >>> cache.put(prefix_digests(buf.system_digest, items)[-1], buf)
+    >>> hit, used = cache.longest_prefix(prefix_digests(buf.system_digest, items + items))
     >>> used, hit.ids == buf.ids
     (1, True)
 
-Each key's renderings are its own: a hasher made for an owner seeds its hash with the
-owner, and another owner's same conversation never finds it (nor learns it was rendered).
+Each owner's (API key's) renderings are its own: a hasher made for an owner seeds its hash
+with the owner, and another owner's same conversation never finds it (nor learns it was rendered).
 
-    >>> cache.longest_prefix(prefix_keys(buf.key, items, owner="key_b"))
+    >>> cache.longest_prefix(prefix_digests(buf.system_digest, items, owner="key_b"))
     (None, 0)
 """
 
@@ -55,9 +55,9 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
-from labkit.api.stages import Stage
+from labkit.api.stages import Source, Stage
 from labkit.designs import Over
-from labkit.engine.render import TokenBuffer, encode_items, header_key, item_block
+from labkit.engine.render import TokenBuffer, encode_items, item_block, system_digest
 from labkit.server.offload import off_loop_if_large, text_chars
 from labkit.server.traces import Span
 
@@ -67,8 +67,8 @@ if TYPE_CHECKING:
 Item = dict[str, Any]
 
 # What an entry costs (measured with tracemalloc on CPython 3.11; a test checks both): a token id
-# (or a block key) is an int of its own (32 bytes) and its list slot (8, and about 1/8 more as a
-# list grows); an entry's key, its fork and the cache's bookkeeping come to about 420 bytes.
+# (or a block hash) is an int of its own (32 bytes) and its list slot (8, and about 1/8 more as a
+# list grows); an entry's digest, its fork and the cache's bookkeeping come to about 420 bytes.
 BYTES_PER_ID = 41
 ENTRY_BYTES = 512
 CAPACITY_BYTES = 4_000_000 * BYTES_PER_ID  # about four million tokens of renderings
@@ -77,27 +77,28 @@ CAPACITY_BYTES = 4_000_000 * BYTES_PER_ID  # about four million tokens of render
 class PrefixHasher:
     """A running hash over the system block and then item after item.
 
-    Key ``i`` names the system block and items ``0..i`` (and, given one, their owner):
-    equal keys, equal tokens. It can be copied and extended, so a conversation that
+    Its digest ``i`` names the system block and items ``0..i`` (and, given one, their owner):
+    equal digests, equal tokens. It can be copied and extended, so a conversation that
     grows is hashed only where it grew.
     """
 
-    def __init__(self, header: str, owner: str | None = None) -> None:
-        self._running = hashlib.sha256(header.encode())
+    def __init__(self, system_digest: str, owner: str | None = None) -> None:
+        self._running = hashlib.sha256(system_digest.encode())
         if owner is not None:  # owners never share an entry: see the module's docstring
             self._running.update(b"\x02" + owner.encode())
         self.count = 0  # items hashed so far
-        self.last: str | None = None  # the key after the last item
+        self.last: str | None = None  # the digest after the last item
 
     def extend(self, items: Sequence[Item]) -> list[str]:
-        keys = []
+        """The digest after each of ``items``."""
+        digests = []
         for item in items:
             block_header, body = item_block(item)
             self._running.update(b"\x00" + block_header.encode() + b"\x01" + body.encode())
-            keys.append(self._running.copy().hexdigest())
-        self.count += len(keys)
-        self.last = keys[-1] if keys else self.last
-        return keys
+            digests.append(self._running.copy().hexdigest())
+        self.count += len(digests)
+        self.last = digests[-1] if digests else self.last
+        return digests
 
     def copy(self) -> PrefixHasher:
         twin = PrefixHasher.__new__(PrefixHasher)
@@ -105,22 +106,22 @@ class PrefixHasher:
         return twin
 
 
-def prefix_keys(header: str, items: Sequence[Item], owner: str | None = None) -> list[str]:
-    """The key of every prefix of ``items`` (see ``PrefixHasher``)."""
-    return PrefixHasher(header, owner).extend(items)
+def prefix_digests(system_digest: str, items: Sequence[Item], owner: str | None = None) -> list[str]:
+    """The digest of every prefix of ``items`` (see ``PrefixHasher``)."""
+    return PrefixHasher(system_digest, owner).extend(items)
 
 
 def buffer_bytes(buffer: TokenBuffer) -> int:
     """What an entry holding ``buffer`` costs, counted as if its ids were its own (forks share them).
 
-    >>> buffer_bytes(TokenBuffer("key", ids=[1, 2, 3]))
+    >>> buffer_bytes(TokenBuffer("system digest", ids=[1, 2, 3]))
     635
     """
-    return ENTRY_BYTES + BYTES_PER_ID * (len(buffer) + len(buffer.block_keys))
+    return ENTRY_BYTES + BYTES_PER_ID * (len(buffer) + len(buffer.block_hashes))
 
 
 class RenderCache:
-    """An LRU of rendered buffers, each under the key of the prefix it renders (``cachetools``),
+    """An LRU of rendered buffers, each under the digest of the prefix it renders (``cachetools``),
     bounded by the bytes its entries hold (``buffer_bytes``). The event loop's thread only."""
 
     def __init__(self, capacity_bytes: int = CAPACITY_BYTES) -> None:
@@ -143,20 +144,20 @@ class RenderCache:
         if threading.get_ident() != self._thread:
             raise RuntimeError("the render cache belongs to the event loop: see labkit.server.render_cache")
 
-    def put(self, key: str, buffer: TokenBuffer) -> None:
+    def put(self, digest: str, buffer: TokenBuffer) -> None:
         """Keep a view of ``buffer`` (a fork: no copy; it shares the ids of a conversation that
         goes on growing, and still ends where it ends now). One larger than the whole cache is
         not kept."""
         self._check_thread()
         entry = buffer.fork()
         if buffer_bytes(entry) <= self.capacity_bytes:
-            self._buffers[key] = entry
+            self._buffers[digest] = entry
 
-    def longest_prefix(self, keys: Sequence[str]) -> tuple[TokenBuffer | None, int]:
+    def longest_prefix(self, digests: Sequence[str]) -> tuple[TokenBuffer | None, int]:
         """The cached buffer for the longest known prefix, forked, and how many items it covers."""
         self._check_thread()
-        for used in range(len(keys), 0, -1):
-            found = self._buffers.get(keys[used - 1])  # a hit is now the most recently used
+        for used in range(len(digests), 0, -1):
+            found = self._buffers.get(digests[used - 1])  # a hit is now the most recently used
             if found is not None:
                 return found.fork(), used
         return None, 0
@@ -176,36 +177,36 @@ class Renderings:
         the buffer came from (its ``cache`` detail).
 
         Under a design that renders only what is new: the lane's conversation when it has
-        the same instructions and tools (``connection``), else the render cache's longest
+        the same instructions and tools (``connection_cache``), else the render cache's longest
         prefix (``render_cache``, or ``miss``). Otherwise the system block alone (``none``).
         """
         req = turn.req
         assert req is not None
-        key = header_key(req.instructions, req.tools)
+        system = system_digest(req.instructions, req.tools)
         reuse = turn.plan[Stage.RENDER].over is Over.NEW
-        cached = turn.cached if turn.cache_hit else None
-        if reuse and cached is not None and cached.buffer.key == key:
-            span.detail["cache"] = "connection"
+        cached = turn.cached if turn.from_connection_cache else None
+        if reuse and cached is not None and cached.buffer.system_digest == system:
+            span.detail["cache"] = Source.CONNECTION_CACHE
             turn.hasher = cached.hasher.copy() if cached.hasher else None
             return cached.buffer.fork(), turn.new_items  # a view: the history's ids are not copied
         if reuse and turn.design.render_cache:
-            turn.hasher = PrefixHasher(key, turn.owner)  # the turn's own until it is kept
+            turn.hasher = PrefixHasher(system, turn.owner)  # the turn's own until it is kept
             items = turn.items
-            keys = await off_loop_if_large(text_chars(items), span, turn.hasher.extend, items)
-            found, used = self.cache.longest_prefix(keys)
-            span.detail["cache"] = "render_cache" if found else "miss"
+            digests = await off_loop_if_large(text_chars(items), span, turn.hasher.extend, items)
+            found, used = self.cache.longest_prefix(digests)
+            span.detail["cache"] = Source.RENDER_CACHE if found else Source.MISS
             return found or TokenBuffer.start(req.instructions, req.tools), items[used:]
-        span.detail["cache"] = "none"
+        span.detail["cache"] = Source.NONE
         return TokenBuffer.start(req.instructions, req.tools), turn.items
 
     def keep(self, turn: Turn) -> int:
-        """A finished turn's buffer into the render cache, under the key of everything it
-        renders (when its design has one); returns how many items were hashed for that key:
+        """A finished turn's buffer into the render cache, under the digest of everything it
+        renders (when its design has one); returns how many items were hashed for that digest:
         only those the turn's hasher had not read."""
         buffer = turn.buffer
         if not turn.design.render_cache or buffer is None:
             return 0
-        hasher = turn.hasher or PrefixHasher(buffer.key, turn.owner)
+        hasher = turn.hasher or PrefixHasher(buffer.system_digest, turn.owner)
         hashed = len(hasher.extend(turn.items_from(hasher.count)))
         turn.hasher = hasher
         if hasher.last is not None:

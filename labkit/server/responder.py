@@ -54,7 +54,7 @@ async def infer(pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Em
         if not turn.req.generate:
             return False, False
         actions = turn.next_actions()
-        await pipeline.depart(turn)  # a resumed segment's first event: the network before decoding
+        await pipeline.downlink(turn)  # a resumed segment's first event: the network before decoding
         truncated = await pipeline.decode(turn, events, actions, send)
     return truncated, bool(actions) and isinstance(actions[-1], Call)
 

@@ -48,7 +48,7 @@ class Sampling:
         model, replica, buffer = turn.model, turn.replica, turn.buffer
         assert model is not None and replica is not None and buffer is not None
         with turn.trace.stage(Stage.PREFILL) as span:
-            prefill = await replica.prefill(model, buffer.ids, buffer.block_keys, tail=GENERATION_PROMPT)
+            prefill = await replica.prefill(model, buffer.ids, buffer.block_hashes, tail=GENERATION_PROMPT)
             span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
             span.detail["hashed_blocks"] = prefill.work.hashed_blocks
             span.detail["touched_blocks"] = prefill.work.touched_blocks

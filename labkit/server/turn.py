@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.api.requests import CreateRequest
+from labkit.api.stages import Source
 from labkit.designs import Design, Plan
 from labkit.engine.catalogue import ModelSpec
 from labkit.engine.inference import Replica
@@ -22,10 +23,10 @@ class Conversation:
 
     response: dict[str, Any]
     items: list[dict[str, Any]]
-    buffer: TokenBuffer  # rendered tokens; its key names the instructions and tool definitions
+    buffer: TokenBuffer  # rendered tokens; its system digest names the instructions and tools
     model: ModelSpec
     replica: Replica
-    hasher: PrefixHasher | None = None  # the render cache's running key over ``items``
+    hasher: PrefixHasher | None = None  # the render cache's running digest over ``items``
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Turn:
     appended: list[dict[str, Any]] = field(default_factory=list)  # appended rollouts: earlier segments
     appending: list[dict[str, Any]] = field(default_factory=list)  # ... input accepted, not yet rendered
     settled: int = 0  # outputs already moved into ``appended``
-    source: str = "none"
+    source: Source = Source.NONE  # where hydration found the history
     buffer: TokenBuffer | None = None  # this turn's rendering, and its hasher: see labkit.server.render_cache
     hasher: PrefixHasher | None = None
     model: ModelSpec | None = None
@@ -116,5 +117,6 @@ class Turn:
         return Conversation(self.response, self.items, self.buffer, self.model, self.replica, self.hasher)
 
     @property
-    def cache_hit(self) -> bool:
-        return self.source == "connection_cache"
+    def from_connection_cache(self) -> bool:
+        """Whether the history came from the connection cache (not from the store, nor absent)."""
+        return self.source is Source.CONNECTION_CACHE

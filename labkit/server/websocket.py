@@ -1,9 +1,10 @@
-"""WebSocket mode on ``/v1/responses``: one socket, many responses, a connection-scoped cache.
+"""WebSocket mode on ``/v1/responses``, in one module: the frame reader, the lanes' workers and the
+upgrade share one connection's bounds, held slots and cached conversations, so they are read together.
 
-Each ``response.create`` frame runs through the same turn as HTTP, but a lane
-of the connection remembers its most recent response as a ``Conversation``.
-A follow-up that names it in ``previous_response_id`` sends only its new
-items: the history, its rendered tokens and the model routing come from
+One socket, many responses, a connection-scoped cache. Each ``response.create`` frame runs
+through the same turn as HTTP, but a lane of the connection remembers its most recent
+response as a ``Conversation``. A follow-up that names it in ``previous_response_id`` sends
+only its new items: the history, its rendered tokens and the model routing come from
 memory, so the service works on the new input alone.
 
 With the ``appended`` design (labkit extension), one ``response.create``

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import asdict, fields
@@ -29,13 +28,13 @@ from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
-import plotly.graph_objects as go
 
 from labkit.analysis import frontend, plots, whatif
 from labkit.analysis.background import Background
 from labkit.analysis.cost_model import CpuCosts
 from labkit.analysis.live import LivePlot, StaticFigure, static
 from labkit.analysis.tables import styled
+from labkit.analysis.whatif.figures import mechanism_bars, saving_curve
 from labkit.designs import DESIGNS
 
 MODEL_ONLY = " (model only)"
@@ -303,48 +302,3 @@ def _html(table: pd.DataFrame) -> str:
 
 def _comparison_html(predicted: pd.DataFrame, measured: pd.DataFrame) -> str:
     return _html(whatif.comparison_table(predicted, measured))
-
-
-# ---------------------------------------------------------------- the lab's own figures
-
-
-def mechanism_bars(table: pd.DataFrame, baseline: str) -> go.Figure:
-    """``whatif.mechanism_savings`` as bars: the seconds each mechanism takes off, in the order
-    added, coloured by the design it belongs to; its share of the baseline's end to end on top."""
-    traces = []
-    for design, rows in table.groupby("part_of", sort=False):
-        traces.append(
-            go.Bar(
-                name=f"part of {design}",
-                x=list(rows["mechanism"]),
-                y=list(rows["saved_s"]),
-                text=[f"{share:.0%}" for share in rows["saving"]],
-                textposition="outside",
-                marker_color=plots.design_color(str(design)),
-            )
-        )
-    fig = go.Figure(traces)
-    labels = list(table["mechanism"])
-    wrapped = ["<br>".join(textwrap.wrap(label, 16)) for label in labels]  # level labels, a few lines each
-    fig.update_xaxes(categoryorder="array", categoryarray=labels, tickangle=0)
-    fig.update_xaxes(tickvals=labels, ticktext=wrapped)
-    fig.update_layout(
-        template=plots.TEMPLATE,
-        title={"text": f"What each mechanism saves, added in order (share of {baseline} on top)", "x": 0.01},
-        xaxis_title="mechanism, in the order added",
-        yaxis_title="seconds saved over the rollout",
-        legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
-        margin={"l": 60, "r": 20, "t": 80, "b": 90},
-        height=420,
-    )
-    return fig
-
-
-def saving_curve(curve: pd.DataFrame, current_tps: float, current_saving: float, baseline: str) -> go.Figure:
-    """``plots.saving_curve`` against the chosen baseline, under a title that names no outcome."""
-    fig = plots.saving_curve(curve, current_tps, current_saving)
-    fig.update_layout(
-        title_text=f"WebSocket mode's saving against {baseline}, across decode speeds",
-        yaxis_title=f"saved vs {baseline}",
-    )
-    return fig

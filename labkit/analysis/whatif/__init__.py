@@ -1,0 +1,67 @@
+"""What-ifs: settings in, DataFrames out. The cost model's prediction for every design, and the
+real measurement of the same point, with nothing but plain functions.
+
+A ``Settings`` is a point in the space a learner explores: the model's speeds,
+the network and each service hop, the classifiers' cost, the shape of the
+rollout (turns, output per turn, tool output, instructions, tool time), and two
+things about the world outside the designs: how much slower this machine's CPU
+would be (``cpu_factor``) and how often a WebSocket client loses its connection
+(``reconnect_rate``). ``predict`` prices it for every design instantly;
+``measure`` starts a real server with a profile and a model built from the same
+settings, runs a synthetic rollout of that shape under each design (a WebSocket
+client dropping its socket on the reconnect turns), and returns what it measured.
+``labkit.analysis.whatif_ui`` is only widgets around these.
+
+    >>> point = PRESETS["fast coding model (1,000 tokens/s)"]
+    >>> table = predict(point, cpu=CpuCosts())
+    >>> list(table["design"])
+    ['naive', 'sprint', 'websocket', 'appended']
+    >>> e2e = table.set_index("design")["e2e_s"]
+    >>> bool(e2e["websocket"] < e2e["sprint"] < e2e["naive"])
+    True
+"""
+
+from labkit.analysis.cost_model import CpuCosts
+from labkit.analysis.whatif.measure import against, comparison_table, measure
+from labkit.analysis.whatif.mechanisms import MECHANISMS, Mechanism, mechanism_savings, mechanism_table
+from labkit.analysis.whatif.predictions import (
+    breakdown,
+    predict,
+    prediction_table,
+    saving_curve,
+    speed_where_saving_falls_below,
+)
+from labkit.analysis.whatif.settings import (
+    BASELINES,
+    MODEL,
+    MODEL_ONLY,
+    PRESETS,
+    RANGES,
+    Settings,
+    reconnect_turns,
+    saving_column,
+)
+
+__all__ = [
+    "BASELINES",
+    "MECHANISMS",
+    "MODEL",
+    "MODEL_ONLY",
+    "PRESETS",
+    "RANGES",
+    "CpuCosts",
+    "Mechanism",
+    "Settings",
+    "against",
+    "breakdown",
+    "comparison_table",
+    "measure",
+    "mechanism_savings",
+    "mechanism_table",
+    "predict",
+    "prediction_table",
+    "reconnect_turns",
+    "saving_column",
+    "saving_curve",
+    "speed_where_saving_falls_below",
+]

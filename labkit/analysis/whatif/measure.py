@@ -1,0 +1,87 @@
+"""A what-if point measured for real: a server built from its settings, one synthetic rollout per
+design, and the measurement set beside the cost model's prediction."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from labkit.analysis.metrics import summary
+from labkit.analysis.whatif.settings import MODEL, Settings
+from labkit.designs import DESIGNS
+from labkit.profiles import profile_toml
+
+
+def measure(
+    settings: Settings,
+    designs: Sequence[str] = tuple(DESIGNS),
+    progress: Callable[[int, int, str], None] | None = None,
+) -> pd.DataFrame:
+    """Run the point for real: a server with these settings' profile and model, one synthetic
+    rollout of this shape per design. ``progress(done, total, what)`` is called along the way.
+
+    Returns per design ``e2e_s`` and ``ttft_mean_s``, as ``labkit.analysis.metrics`` measures them.
+    A point with a model-only setting moved (``Settings.model_only``) is refused: no run here
+    realises it, so nothing measured would be that point.
+    """
+    from labkit.client.agent import Rollout
+    from labkit.client.launcher import LabkitServer
+
+    if moved := settings.model_only():
+        raise ValueError(f"{', '.join(moved)}: the cost model's only; set them back to measure this point")
+    total = len(designs) + 1
+    say = progress or (lambda done, total, what: None)
+    with tempfile.TemporaryDirectory(prefix="labkit-whatif-") as tmp:
+        profile_file, models_file = Path(tmp) / "what-if.toml", Path(tmp) / "models.toml"
+        profile_file.write_text(profile_toml(settings.profile()))
+        models_file.write_text(
+            f'[models."{MODEL}"]\ndecode_tps = {settings.decode_tps}\nprefill_tps = {settings.prefill_tps}\n'
+        )
+        say(0, total, "starting a server with these settings")
+        args = ["--profile", str(profile_file), "--models", str(models_file)]
+        rows = []
+        with LabkitServer(args=args, db=Path(tmp) / "responses.sqlite3") as server:
+            for done, design in enumerate(designs, start=1):
+                say(done, total, f"running {design}")
+                tool_seconds = settings.tool_ms / 1000
+                rollout = Rollout.run(
+                    server.base_url,
+                    design,
+                    settings.scenario_name,
+                    model=MODEL,
+                    tool_seconds=tool_seconds,
+                    reconnects=settings.reconnects(),
+                )
+                result = summary(rollout.frame())
+                rows.append({"design": design, **{k: result[k] for k in ("e2e_s", "ttft_mean_s")}})
+        say(total, total, "done")
+    return pd.DataFrame(rows)
+
+
+def against(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Prediction and measurement side by side per design, with the model's error in percent."""
+    both = predicted.merge(measured, on="design", suffixes=("_predicted", "_measured"))
+    for metric in ("e2e_s", "ttft_mean_s"):
+        both[f"{metric}_error"] = both[f"{metric}_predicted"] / both[f"{metric}_measured"] - 1
+    kinds = ("predicted", "measured", "error")
+    columns = ["design"] + [f"{m}_{k}" for m in ("e2e_s", "ttft_mean_s") for k in kinds]
+    return both[columns]
+
+
+def comparison_table(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """``against`` for people: per design, end to end and mean TTFT, predicted and measured, and
+    how far the model was off (a share: +10% is a prediction 10% above the measurement)."""
+    both = against(predicted, measured).set_index("design")
+    return pd.DataFrame(
+        {
+            "end to end, predicted (s)": both["e2e_s_predicted"],
+            "end to end, measured (s)": both["e2e_s_measured"],
+            "end to end, model off by": both["e2e_s_error"],
+            "mean TTFT, predicted (ms)": both["ttft_mean_s_predicted"] * 1000,
+            "mean TTFT, measured (ms)": both["ttft_mean_s_measured"] * 1000,
+            "mean TTFT, model off by": both["ttft_mean_s_error"],
+        }
+    )

@@ -1,126 +1,164 @@
-"""The article fit against measured rollouts: the outcomes the fit predicts, and what
-``labkit compare`` measures, for ``production-like`` and for ``article-fit``.
+"""The article fit against measured rollouts: its fixed inputs measured on this machine, and
+the fitted profile's outcomes measured beside what the fit expects.
 
-First this machine's CPU costs (median of five ``CpuCosts.measure()``, printed as the fit
-file's ``[machine]`` lines) and the rollout's tool time (median of five); then, for each
-profile, the designs the figures compare, run at the fit's model speed: the profiles take
-turns, one run each per round, so any drift of the machine touches both alike; the tables
-show medians. For each outcome: the cost model's as the fit prices it (the fit file's
-stated CPU costs, tool time and model error), the model's with this machine's CPU costs
-and tool time (no stated error), the measurement, and the model's error (measured minus
-the fit's model without its stated error). That error, on ``production-like``, is what
-the fit file's ``[model_error]`` states.
+``--inputs`` measures what the fit file states as fixed inputs: each round times this
+machine's CPU work (``CpuCosts.measure()``) and the rollout's tools (``Shape.of``), then runs
+naive, the sprint and WebSocket mode on ``production-like`` at the fit's model speed. It
+prints the fit file's ``[machine]`` lines (medians over the rounds) and its ``[unmodeled]``
+lines: per design, what the runs spent beyond the cost model priced with those medians
+(mean TTFT, and end to end per turn). ``production-like``, never the fitted profile: that
+run is the fit's check. The load average is printed before and after each round.
 
-    python benchmarks/article_fit.py
-    python benchmarks/article_fit.py --repeat 5 --profiles production-like
+The default is the check: ``production-like`` and ``article-fit`` take turns, one run each
+per round, so any drift of the machine touches both alike; medians over the rounds. For each
+outcome: what the fit expects (the fit file's stated inputs), what was measured, and the
+articles' figures. For ``production-like`` it also prints what the runs spent beyond the
+model in this run, beside what the fit file states.
+
+    python benchmarks/article_fit.py --inputs --repeat 7
+    python benchmarks/article_fit.py --repeat 5
     python benchmarks/article_fit.py --search     # how close any setting in the bounds gets
 
-``--search`` measures nothing: it looks for the setting within the fit's bounds (no priors)
-whose worst miss over the three comparisons is smallest (the integrators' figures as their
-middle, 35%, or as Cursor's 30%): 1,500 random points, then a shrinking random local search
-from the best, seeded.
+``--search`` measures nothing: for a set of target figures, it looks for the setting within
+the fit's bounds (no priors) whose worst miss is smallest: 1,500 random points, then a
+shrinking random local search from the best, seeded.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from dataclasses import fields, replace
 
 import numpy as np
 
-from labkit.analysis.article_fit import CPU_FIELDS, Basis, FitInputs, model_outcomes, read_inputs, with_values
 from labkit.analysis.compare import compare, stderr_progress
 from labkit.analysis.cost_model import CpuCosts, Shape
+from labkit.analysis.fit.inputs import CPU_FIELDS, FitInputs, Unmodeled, read_inputs
+from labkit.analysis.fit.outcomes import Basis, model_outcomes, predictions, with_values
 from labkit.paths import default_data_dir
 from labkit.profiles import load_profile
 from labkit.scenarios import load_scenario
 
+METRICS = {"ttft_cut": "ttft", "saved": "e2e"}
 
-def median_costs(runs: int = 5) -> CpuCosts:
-    measured = [CpuCosts.measure() for _ in range(runs)]
+
+def load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def median_costs(measured: list[CpuCosts]) -> CpuCosts:
     return CpuCosts(
         **{f.name: statistics.median(getattr(m, f.name) for m in measured) for f in fields(CpuCosts)}
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--profiles", default="production-like,article-fit")
-    parser.add_argument("--search", action="store_true", help="only the closest-setting search")
-    args = parser.parse_args()
-    if args.search:
-        for integrators in (0.35, 0.30):
-            search(read_inputs(), integrators)
-        return
-
-    inputs = read_inputs()
-    here = median_costs()
-    print("[machine] as measured here (median of 5):")
-    for key, (name, unit) in CPU_FIELDS.items():
-        print(f"{key} = {getattr(here, name) / unit:.3g}")
+def run_rounds(
+    inputs: FitInputs, profiles: list[str], rounds: int
+) -> tuple[dict, list[CpuCosts], list[float]]:
+    """Each round: this machine's CPU costs and tools' time, then each profile's designs once."""
     basis = Basis.of(inputs)
     scenario = load_scenario(inputs.scenario, default_data_dir())
-    tools = statistics.median(sum(t.tool_s for t in Shape.of(scenario).turns) for _ in range(5))
-    print(f"tool_s = {tools:.3g} (the fit file states {inputs.tool_s:.3g})")
-
-    profiles = args.profiles.split(",")
-    designs = inputs.designs
-    runs: dict[str, list] = {p: [] for p in profiles}
-    for n in range(args.repeat):
+    runs: dict[str, list[dict]] = {p: [] for p in profiles}
+    costs, tools = [], []
+    for n in range(rounds):
+        stderr_progress(f"round {n + 1}/{rounds}: {load()}")
+        costs.append(CpuCosts.measure())
+        tools.append(sum(t.tool_s for t in Shape.of(scenario).turns))
         for profile in profiles:
-            stderr_progress(f"round {n + 1}/{args.repeat}: {profile}")
-            runs[profile].append(compare(tps=[basis.decode_tps], profile=profile, designs=designs))
+            rows = compare(tps=[basis.decode_tps], profile=profile, designs=inputs.designs)
+            runs[profile].append({r.design: {"ttft": r.ttft_mean_s, "e2e": r.e2e_s} for r in rows})
+            stderr_progress(
+                f"  {profile}: "
+                + ", ".join(
+                    f"{d} {m['e2e']:.2f} s / {m['ttft'] * 1000:.0f} ms" for d, m in runs[profile][-1].items()
+                )
+            )
+    stderr_progress(f"done: {load()}")
+    return runs, costs, tools
 
-    print(f"\n{inputs.scenario} at {basis.decode_tps:g} tokens/s, medians of {args.repeat}")
-    here_inputs = replace(inputs, cpu=here, model_error={}, tool_s=tools)
-    here_basis = Basis.of(here_inputs)
+
+def medians(runs: list[dict]) -> dict[str, dict[str, float]]:
+    designs = runs[0]
+    return {d: {m: statistics.median(r[d][m] for r in runs) for m in ("ttft", "e2e")} for d in designs}
+
+
+def unmodeled(inputs: FitInputs, profile: str, measured: dict[str, dict[str, float]]) -> dict[str, Unmodeled]:
+    """Per design, what the runs spent beyond the cost model (priced with ``inputs``' machine)."""
+    loaded = replace(load_profile(profile, default_data_dir()), name=profile)
+    priced = predictions(inputs, Basis.of(inputs), loaded)
+    return {
+        d: Unmodeled(
+            ttft_s=measured[d]["ttft"] - p.mean_ttft,
+            turn_s=(measured[d]["e2e"] - p.end_to_end) / len(p),
+        )
+        for d, p in priced.items()
+    }
+
+
+def measure_inputs(inputs: FitInputs, rounds: int) -> None:
+    runs, costs, tools = run_rounds(inputs, ["production-like"], rounds)
+    here = replace(inputs, cpu=median_costs(costs), tool_s=statistics.median(tools), unmodeled={})
+    print(f"\n[machine] (medians of {rounds} rounds)")
+    for key, (name, unit) in CPU_FIELDS.items():
+        print(f"{key} = {getattr(here.cpu, name) / unit:.3g}")
+    print(f"tool_s = {here.tool_s:.3g}")
+    for design, extra in unmodeled(here, "production-like", medians(runs["production-like"])).items():
+        print(f"\n[unmodeled.{design}]")
+        print(f"ttft_ms = {extra.ttft_s * 1000:.1f}\nturn_ms = {extra.turn_s * 1000:.1f}")
+
+
+def check(inputs: FitInputs, profiles: list[str], rounds: int) -> None:
+    runs, _, _ = run_rounds(inputs, profiles, rounds)
+    basis = Basis.of(inputs)
+    print(f"\n{inputs.scenario} at {basis.decode_tps:g} tokens/s, medians of {rounds} rounds")
     for profile in profiles:
-        loaded = replace(load_profile(profile, default_data_dir()), name=profile)
-        stated = model_outcomes(inputs, basis, loaded)
-        local = model_outcomes(here_inputs, here_basis, loaded)
-        medians = {
-            d: {
-                "e2e": statistics.median(r.e2e_s for rows in runs[profile] for r in rows if r.design == d),
-                "ttft": statistics.median(
-                    r.ttft_mean_s for rows in runs[profile] for r in rows if r.design == d
-                ),
-            }
-            for d in designs
-        }
+        measured = medians(runs[profile])
+        expected = model_outcomes(
+            inputs, basis, replace(load_profile(profile, default_data_dir()), name=profile)
+        )
         print(
             f"\n{profile}: "
-            + ", ".join(f"{d} {m['e2e']:.2f} s / {m['ttft'] * 1000:.0f} ms" for d, m in medians.items())
+            + ", ".join(f"{d} {m['e2e']:.2f} s / {m['ttft'] * 1000:.0f} ms" for d, m in measured.items())
         )
-        print(f"{'outcome':<26}{'model':>8}{'model here':>12}{'measured':>10}{'error':>13}  articles")
+        print(
+            f"{'outcome':<26}{'expected':>10}{'measured':>10}{'difference':>12}  articles (measured's miss)"
+        )
         for key in inputs.keys:
             kind, _, pair = key.partition(":")
             design, _, baseline = pair.partition("/")
-            metric = "ttft" if kind == "ttft_cut" else "e2e"
-            measured = 1 - medians[design][metric] / medians[baseline][metric]
-            figures = ", ".join(f"{f.who} {f.value:.0%}" for f in inputs.figures if f.key == key)
-            print(
-                f"{key:<26}{stated[key]:>8.1%}{local[key]:>12.1%}{measured:>10.1%}"
-                f"{(measured - stated[key] + inputs.model_error.get(key, 0.0)) * 100:>+11.1f} pt  {figures}"
+            metric = METRICS[kind]
+            got = 1 - measured[design][metric] / measured[baseline][metric]
+            figures = ", ".join(
+                f"{f.who} {f.value:.0%} ({(got - f.value) * 100:+.1f})"
+                for f in inputs.figures
+                if f.key == key
             )
+            difference = (got - expected[key]) * 100
+            print(f"{key:<26}{expected[key]:>10.1%}{got:>10.1%}{difference:>+9.1f} pt  {figures}")
+        if profile == inputs.base_profile:
+            print("beyond the model, per design (this run / the fit file), ms: TTFT, per turn")
+            for design, extra in unmodeled(inputs, profile, measured).items():
+                stated = inputs.unmodeled.get(design, Unmodeled(0.0, 0.0))
+                print(
+                    f"  {design:<10}{extra.ttft_s * 1000:>+7.1f} / {stated.ttft_s * 1000:+.1f}"
+                    f"{extra.turn_s * 1000:>+9.1f} / {stated.turn_s * 1000:+.1f}"
+                )
 
 
-def search(inputs: FitInputs, integrators: float, seed: int = 1) -> None:
+def search(inputs: FitInputs, targets: dict[str, float], seed: int = 1) -> tuple[float, dict[str, float]]:
     basis, params = Basis.of(inputs), inputs.parameters
     low, high = np.array([p.low for p in params]), np.array([p.high for p in params])
-    targets = {f.key: f.value for f in inputs.figures if f.design != "websocket" or f.baseline != "sprint"}
-    targets["saved:websocket/sprint"] = integrators
 
     def worst(x: np.ndarray) -> tuple[float, dict[str, float]]:
         got = model_outcomes(inputs, basis, with_values(basis.base, params, list(x)))
         return max(abs(got[k] - v) for k, v in targets.items()), got
 
     rng = np.random.default_rng(seed)
-    best = min(
+    miss, got, x = min(
         ((*worst(x), x) for x in low + (high - low) * rng.random((1500, len(params)))), key=lambda t: t[0]
     )
-    miss, got, x = best
     step = (high - low) * 0.1
     for i in range(400):
         y = np.clip(x + step * rng.normal(size=len(x)), low, high)
@@ -129,8 +167,33 @@ def search(inputs: FitInputs, integrators: float, seed: int = 1) -> None:
             miss, got, x = m, g, y
         elif i % 50 == 49:
             step *= 0.6
-    shown = ", ".join(f"{k} {v:.1%}" for k, v in got.items())
-    print(f"integrators at {integrators:.0%}: smallest worst miss {miss * 100:.1f} points ({shown})")
+    return miss, got
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds (default 5)")
+    parser.add_argument("--profiles", default="production-like,article-fit")
+    parser.add_argument("--inputs", action="store_true", help="measure the fit file's fixed inputs")
+    parser.add_argument("--search", action="store_true", help="only the closest-setting search")
+    args = parser.parse_args()
+    inputs = read_inputs()
+    if args.inputs:
+        measure_inputs(inputs, args.repeat)
+    elif args.search:
+        fitted = {f.key: f.value for f in inputs.chosen("fitted")}
+        integrators = "saved:websocket/sprint"
+        sets = (
+            ("the fitted figures", {}),
+            ("and 35%", {integrators: 0.35}),
+            ("and 30%", {integrators: 0.30}),
+        )
+        for name, extra in sets:
+            miss, got = search(inputs, {**fitted, **extra})
+            shown = ", ".join(f"{k} {v:.1%}" for k, v in got.items())
+            print(f"{name}: smallest worst miss {miss * 100:.1f} points ({shown})")
+    else:
+        check(inputs, args.profiles.split(","), args.repeat)
 
 
 if __name__ == "__main__":

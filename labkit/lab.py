@@ -33,7 +33,8 @@ The names, grouped:
   ``replay`` (a recorded agent session, Codex CLI or a transcript, through every design),
   ``replay_lab`` (its widgets: a recording priced at once, measured on a button)
 - the inverse what-if: ``article_fit`` (the service's unknown delays fitted to the articles'
-  figures: residuals, what the figures cannot pin down, the fitted profile)
+  figures: residuals of the fitted and the held-out ones, what the figures cannot pin down, the
+  fitted profile)
 - the server's traces, live: ``watch_traces`` (into a live plot), ``TraceWatcher``
 - the stage names and buckets: ``Stage``, ``bucket_of``
 """
@@ -77,7 +78,7 @@ from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 if TYPE_CHECKING:
     import pandas as pd
 
-    from labkit.analysis.article_fit import ArticleFit
+    from labkit.analysis.fit import ArticleFit
     from labkit.analysis.replay_ui import ReplayLab
     from labkit.analysis.whatif_ui import WhatIfLab
 
@@ -289,22 +290,23 @@ def replay_lab() -> ReplayLab:
     return ReplayLab(cpu=cpu_costs())
 
 
-def article_fit(**changes: Any) -> ArticleFit:
+def article_fit(figures: str = "fitted", **changes: Any) -> ArticleFit:
     """The profile's unknown delays fitted to the articles' figures (``labkit fit`` in Python).
 
-    ``changes`` replace fields of the fit's inputs (``data/fits/articles.toml``), e.g.
-    ``scenario="synthetic:turns=19,output_tokens=150"`` or ``figures=...``.
+    ``figures``: ``"fitted"`` (the figures the fit file marks so; the others held out) or
+    ``"all"``. ``changes`` replace fields of the fit's inputs (``data/fits/articles.toml``),
+    e.g. ``scenario="synthetic:turns=19,output_tokens=150"``.
 
         fit = article_fit()
-        fit.residuals      # per figure: the article's value, the fitted outcome, the miss
+        fit.residuals      # per figure, fitted or held out: the article's value, the outcome, the miss
         fit.parameters     # per unknown: prior, bounds, fitted, sensitivities, how far it is pinned
         fit.profile        # the fitted Profile; profile_text(fit) is the file labkit fit writes
     """
     from dataclasses import replace
 
-    from labkit.analysis.article_fit import fit_articles, read_inputs
+    from labkit.analysis.fit import fit_articles, read_inputs
 
-    return fit_articles(replace(read_inputs(), **changes))
+    return fit_articles(replace(read_inputs(), **changes), figures=figures)
 
 
 def watch_traces(base_url: str, api_key: str, plot: LivePlot | None = None, keep: int = 30) -> TraceWatcher:

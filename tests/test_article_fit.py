@@ -1,9 +1,10 @@
-"""The article fit: bounds hold, each residual is the cost model's for the fitted profile, the
-checked-in profile is what the fit writes, that profile serves, and the command's mistakes are
-one line."""
+"""The article fit: bounds hold, held-out figures are reported but never fitted to, each residual
+is the cost model's (plus what a run spends beyond it) for the written profile, the checked-in
+profile is what the fit writes, that profile serves, and the command's mistakes are one line."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -13,17 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labkit.analysis import article_fit
-from labkit.analysis.article_fit import (
-    FIT_FILE,
-    FitInputError,
-    fit_articles,
-    least_squares,
-    outcome,
-    profile_text,
-    read_inputs,
-)
 from labkit.analysis.cost_model import predict
+from labkit.analysis.fit import FIT_FILE, ArticleFit, FitInputError, fit_articles, profile_text, read_inputs
+from labkit.analysis.fit.inputs import Unmodeled
+from labkit.analysis.fit.outcomes import Basis, Timing, model_outcomes, outcome
+from labkit.analysis.fit.solver import least_squares
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
 from labkit.paths import builtin_data_dir
@@ -31,12 +26,13 @@ from labkit.profiles import SECTIONS, load_profile
 
 CHECKED_IN = builtin_data_dir() / "profiles" / "article-fit.toml"
 # Shape.of draws fresh call ids, whose token counts vary by a few per turn between runs: the
-# fitted delays move by a few hundredths of a millisecond (shares by less).
-TOLERANCE = 0.05
+# fitted delays move by up to 0.05 ms (the round trip most; shares by less). A machine whose SDK
+# is 10% slower per item moves the round trip by over a millisecond.
+TOLERANCE = 0.15
 
 
 @pytest.fixture(scope="module")
-def fit() -> article_fit.ArticleFit:
+def fit() -> ArticleFit:
     return fit_articles()
 
 
@@ -49,58 +45,132 @@ def test_least_squares_stops_at_a_bound_the_minimum_lies_beyond() -> None:
     assert z[1] == pytest.approx(2.0, abs=1e-5)  # the other takes up what it can: (1 + 3) / 2
 
 
-def test_the_fit_keeps_every_parameter_within_its_bounds(tmp_path: Path) -> None:
-    # Bounds tighter than where the figures pull: the fit must end on them, never past them.
+def test_the_fit_keeps_every_parameter_within_its_bounds(fit) -> None:
+    # Bounds that leave out where the figures pull each parameter: the fit must end on the bound
+    # nearer that value, never past it.
     inputs = read_inputs()
-    tight = {"network.rtt_ms": (15.0, 25.0), "billing.hop_ms": (5.0, 9.0)}
+    free = fit.parameters["fitted"]
+    tight = {"safety.hop_ms": (5.0, 15.0), "billing.hop_ms": (5.0, 9.0)}
+    for name, (low, high) in tight.items():
+        assert not low <= free[name] <= high  # where the figures pull it lies outside
     narrowed = tuple(
         replace(p, low=tight[p.field][0], high=tight[p.field][1], prior=sum(tight[p.field]) / 2)
         if p.field in tight
         else p
         for p in inputs.parameters
     )
-    result = fit_articles(replace(inputs, parameters=narrowed))
-    table = result.parameters
+    table = fit_articles(replace(inputs, parameters=narrowed)).parameters
     assert ((table["fitted"] >= table["low"] - 1e-9) & (table["fitted"] <= table["high"] + 1e-9)).all()
-    assert table.loc["network.rtt_ms", "fitted"] == pytest.approx(15.0)  # the figures want it lower
-    assert table.loc["billing.hop_ms", "at bound"]
-    profile = result.profile
+    for name, (low, high) in tight.items():
+        assert table.loc[name, "fitted"] == pytest.approx(low if free[name] < low else high)
+        assert table.loc[name, "at bound"]
+    profile = fit.profile
     assert profile.safety.fast_hop_ms <= profile.safety.hop_ms  # a share of at most 1
     assert profile.safety.fast_ms_per_1k_tokens <= profile.safety.ms_per_1k_tokens
 
 
-def test_each_residual_is_the_cost_model_for_the_written_profile(fit, tmp_path: Path) -> None:
+def test_held_out_figures_are_reported_and_never_fitted_to(fit) -> None:
+    inputs = fit.inputs
+    held_out = [f for f in inputs.figures if not f.fitted]
+    assert held_out and all(f.reason for f in inputs.figures)
+    table = fit.residuals
+    assert list(table["role"]) == [f.role for f in inputs.figures]
+    for f in held_out:  # its residual is what the fitted profile gives, reported all the same
+        assert table.loc[f.name, "fitted"] == pytest.approx(fit.outcomes[f.key])
+    # Moving a held-out figure moves nothing in the fit; fitting to all figures, it does.
+    moved = replace(
+        inputs, figures=tuple(replace(f, value=f.value / 2) if not f.fitted else f for f in inputs.figures)
+    )
+    assert fit_articles(moved).values == pytest.approx(fit.values, abs=1e-9)
+    assert not np.allclose(fit_articles(moved, figures="all").values, fit_articles(figures="all").values)
+
+
+def test_fitting_all_figures_pulls_the_fit_towards_the_integrators_and_away_from_openai(fit) -> None:
+    """The lesson of the five-figure fit: the integrators' 30-40% pull WebSocket mode's saving over
+    the sprint up, and OpenAI's headline further off."""
+    every = fit_articles(figures="all")
+    assert set(every.residuals["role"]) == {"fitted"}
+    assert every.outcomes["saved:websocket/sprint"] > fit.outcomes["saved:websocket/sprint"] + 0.005
+    headline = "agent loops end to end"
+    assert abs(every.residuals.loc[headline, "residual (points)"]) > abs(
+        fit.residuals.loc[headline, "residual (points)"]
+    )
+
+
+def test_each_residual_is_the_cost_model_plus_the_unmodeled_for_the_written_profile(fit, tmp_path) -> None:
     path = tmp_path / "fitted.toml"
     path.write_text(profile_text(fit))
     written = load_profile(str(path), tmp_path)
     basis, inputs = fit.rollout, fit.inputs
-    priced = {
-        d: predict(d, written, basis.shape, decode_tps=1000, prefill_tps=basis.prefill_tps, cpu=inputs.cpu)
-        for d in ("naive", "sprint", "websocket")
-    }
     assert basis.decode_tps == 1000  # labkit-spark's speed
+    timing = {}
+    for d in ("naive", "sprint", "websocket"):
+        priced = predict(
+            d, written, basis.shape, decode_tps=1000, prefill_tps=basis.prefill_tps, cpu=inputs.cpu
+        )
+        extra = inputs.unmodeled[d]
+        timing[d] = Timing(priced.mean_ttft + extra.ttft_s, priced.end_to_end + extra.turn_s * len(priced))
     for f in inputs.figures:
-        expected = outcome(f.outcome, priced[f.design], priced[f.baseline]) + inputs.model_error.get(f.key, 0)
+        expected = outcome(f.outcome, timing[f.design], timing[f.baseline])
         row = fit.residuals.loc[f.name]
         assert row["fitted"] == pytest.approx(expected, abs=2e-4)  # the file rounds to 0.001 ms
         assert row["residual (points)"] == pytest.approx((expected - f.value) * 100, abs=0.02)
+
+
+def test_what_a_run_spends_beyond_the_model_enters_each_design_per_turn() -> None:
+    inputs = read_inputs()
+    basis = Basis.of(inputs)
+    none = replace(inputs, unmodeled={})
+    before = model_outcomes(none, basis, basis.base)
+    after = model_outcomes(
+        replace(none, unmodeled={"naive": Unmodeled(ttft_s=0.02, turn_s=0.0)}), basis, basis.base
+    )
+    assert after["ttft_cut:sprint/naive"] > before["ttft_cut:sprint/naive"]  # naive's TTFT alone grew
+    assert after["saved:websocket/naive"] == pytest.approx(
+        before["saved:websocket/naive"]
+    )  # its turns did not
+    assert after["saved:websocket/sprint"] == pytest.approx(before["saved:websocket/sprint"])
 
 
 def test_the_tools_time_is_the_stated_one(fit) -> None:
     assert sum(t.tool_s for t in fit.rollout.shape.turns) == pytest.approx(fit.inputs.tool_s)
 
 
+def fields_apart(a: dict, b: dict) -> list[str]:
+    return [
+        f"{section}.{field.name}"
+        for section, cls in SECTIONS.items()
+        for field in fields(cls)
+        if a[section][field.name] != pytest.approx(b[section][field.name], abs=TOLERANCE)
+    ]
+
+
+def expected_outcomes(text: str) -> dict[str, float]:
+    """The header's line per figure: ``#   name (who, 45%, ..., fitted): 42.5%, -2.5 points``."""
+    found = re.findall(r"^#   (.+?) \(.*\): ([-\d.]+)%, [-+\d.]+ points$", text, flags=re.M)
+    return {name: float(share) for name, share in found}
+
+
 def test_the_checked_in_profile_is_what_the_fit_writes(fit) -> None:
     """``labkit fit --out data/profiles/article-fit.toml`` writes this file: refit after changing
     data/fits/articles.toml (or anything the cost model prices), so it cannot drift silently."""
-    with CHECKED_IN.open("rb") as f:
-        checked_in = tomllib.load(f)
-    fresh = tomllib.loads(profile_text(fit))
-    for section, cls in SECTIONS.items():
-        for field in fields(cls):
-            assert checked_in[section][field.name] == pytest.approx(
-                fresh[section][field.name], abs=TOLERANCE
-            ), f"{section}.{field.name}: refit with labkit fit --out {CHECKED_IN.name}"
+    text, fresh = CHECKED_IN.read_text(), profile_text(fit)
+    assert fields_apart(tomllib.loads(text), tomllib.loads(fresh)) == [], (
+        f"refit with labkit fit --out {CHECKED_IN.name}"
+    )
+    stated, now = expected_outcomes(text), expected_outcomes(fresh)
+    assert sorted(stated) == sorted(f.name for f in fit.inputs.figures)
+    for name, share in now.items():  # the outcomes its header states, to a tenth of a point
+        assert stated[name] == pytest.approx(share, abs=0.15), name
+
+
+def test_a_machine_measured_anew_moves_the_fit_beyond_the_drift_tolerance(fit) -> None:
+    # The SDK 10% slower per item: a machine measured that differently needs a new profile, and
+    # the drift test above must notice that the checked-in one was not refitted.
+    inputs = fit.inputs
+    slower = replace(inputs.cpu, client_s_per_sent_item=inputs.cpu.client_s_per_sent_item * 1.1)
+    refit = fit_articles(replace(inputs, cpu=slower))
+    assert fields_apart(tomllib.loads(profile_text(fit)), tomllib.loads(profile_text(refit)))
 
 
 def test_the_profile_says_where_each_number_came_from() -> None:
@@ -120,7 +190,7 @@ def test_the_profile_says_where_each_number_came_from() -> None:
             assert ("Fitted:" in said) if name in fitted else ("Kept from production-like" in said), name
             comments = []
     for figure in inputs.figures:
-        assert figure.name in text
+        assert f"{figure.name} ({figure.who}, {figure.value:.0%}, {figure.compared}, {figure.role})" in text
 
 
 def test_the_fit_reports_what_the_figures_cannot_pin_down(fit) -> None:
@@ -128,8 +198,9 @@ def test_the_fit_reports_what_the_figures_cannot_pin_down(fit) -> None:
     assert len(table) == len(fit.inputs.parameters)
     assert ((table["narrowed"] >= 0) & (table["narrowed"] < 1)).all()
     assert (~table["pinned"]).any()
-    # Five figures of three comparisons pin at most three unknowns' worth of the nine.
-    assert 0 < fit.pinned_total <= len(fit.inputs.keys) + 1e-6
+    # Two fitted figures of two comparisons pin at most two unknowns' worth of the nine.
+    assert len(fit.fitted_keys) == 2
+    assert 0 < fit.pinned_total <= len(fit.fitted_keys) + 1e-6
     assert fit.pinned_total == pytest.approx(sum(1 - (1 - table["narrowed"]) ** 2))
     # The integrators' comparison (websocket vs sprint) does not see the hops the sprint removed.
     assert table.loc["intermediary.hop_ms", "d saved:websocket/sprint (points/sd)"] == pytest.approx(
@@ -165,15 +236,21 @@ def test_labkit_fit_prints_the_table_and_writes_a_profile_that_loads(tmp_path: P
     assert done.returncode == 0, done.stderr
     for figure in read_inputs().figures:
         assert figure.name in done.stdout
-    assert "narrowed" in done.stdout and f"wrote {out}" in done.stdout
+    assert "held out" in done.stdout and "narrowed" in done.stdout and f"wrote {out}" in done.stdout
     assert load_profile(str(out), tmp_path).name == "mine"
+
+
+def test_labkit_fit_all_fits_every_figure() -> None:
+    done = labkit("--figures", "all")
+    assert done.returncode == 0, done.stderr
+    assert "fitted to 5 of 5 figures" in done.stdout and "held out" not in done.stdout
 
 
 def broken(tmp_path: Path, old: str, new: str) -> Path:
     path = tmp_path / "articles.toml"
     text = FIT_FILE.read_text()
     assert old in text
-    path.write_text(text.replace(old, new, 1))
+    path.write_text(text.replace(old, new))
     return path
 
 
@@ -188,6 +265,10 @@ BAD_INPUTS = {
         "Scenario 'nope' not found",
     ),
     "a missing key": ("tool_s = ", "tool_seconds = ", "[machine] lacks 'tool_s'"),
+    "a figure not marked": ("fitted = true\n", "", "figure 1 lacks 'fitted'"),
+    "a mark that is not true or false": ("fitted = true", 'fitted = "yes"', "'fitted' = 'yes' is not"),
+    "nothing marked fitted": ("fitted = true", "fitted = false", "one [[figure]] marked fitted"),
+    "an unknown design": ("[unmodeled.naive]", "[unmodeled.stateless]", "names design 'stateless'"),
 }
 
 
@@ -206,6 +287,7 @@ def test_a_fit_file_that_cannot_be_used_is_one_line(case: str, tmp_path: Path) -
         (["--out", "no/such/folder/fit.toml"], "in a folder that does not exist"),
         (["--out", "fit.txt"], "must end in .toml"),
         (["--cpu", "fast"], "invalid choice: 'fast'"),
+        (["--figures", "some"], "figures 'some' is not one of fitted, all"),
     ],
 )
 def test_the_command_answers_a_mistake_with_one_line(args: list[str], fact: str) -> None:

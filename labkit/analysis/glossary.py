@@ -97,6 +97,11 @@ IDEAS: dict[str, tuple[str, str]] = {
         "measure",
         "In a fit, how far the fitted outcome lands from a published figure, in percentage points.",
     ),
+    "held out": (
+        "idea",
+        "A published figure a fit does not use: its residual is what the fitted profile predicts for "
+        "it, set beside the figure.",
+    ),
 }
 
 

@@ -1,8 +1,10 @@
 """``labkit fit``: fit the profile's unknown delays to the articles' figures, print the fit, and
 write the fitted profile.
 
-A fit file that cannot be used, or a path the profile cannot be written to, is one line and
-exit 2.
+By default the fit uses the figures the fit file marks fitted and reports the held-out ones'
+residuals beside them; ``--figures all`` fits to every figure, to show how they pull against
+each other. A fit file that cannot be used, or a path the profile cannot be written to, is one
+line and exit 2.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ HELP = "fit the service's unknown delays to the articles' figures; print the res
 
 
 def fit_command(args: argparse.Namespace) -> None:
-    from labkit.analysis.article_fit import (
+    from labkit.analysis.cost_model import CpuCosts
+    from labkit.analysis.fit import (
         FIT_FILE,
         FitInputError,
         fit_articles,
@@ -25,7 +28,6 @@ def fit_command(args: argparse.Namespace) -> None:
         profile_text,
         read_inputs,
     )
-    from labkit.analysis.cost_model import CpuCosts
 
     out = Path(args.out) if args.out else None
     if out is not None and (out.is_dir() or not out.parent.is_dir()):
@@ -35,7 +37,8 @@ def fit_command(args: argparse.Namespace) -> None:
         raise CommandError(f"--out '{args.out}' must end in .toml (labkit reads profiles from TOML files)")
     try:
         cpu = CpuCosts.measure() if args.cpu == "here" else None
-        fit = fit_articles(read_inputs(Path(args.inputs) if args.inputs else FIT_FILE, cpu=cpu))
+        inputs = read_inputs(Path(args.inputs) if args.inputs else FIT_FILE, cpu=cpu)
+        fit = fit_articles(inputs, figures=args.figures)
     except FitInputError as e:
         raise CommandError(str(e)) from None
     print(format_fit(fit))
@@ -57,6 +60,13 @@ def add_fit_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "--inputs",
         metavar="FILE",
         help="the figures, priors, bounds and fixed inputs (default: labkit's data/fits/articles.toml)",
+    )
+    f.add_argument(
+        "--figures",
+        metavar="WHICH",
+        default="fitted",
+        help="'fitted': fit to the figures the fit file marks fitted, the others held out (default); "
+        "'all': fit to every figure",
     )
     f.add_argument(
         "--cpu",

@@ -20,12 +20,12 @@ from labkit.analysis.metrics import summary
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
 from labkit.designs import DESIGNS
-from labkit.engine.catalogue import Catalogue, ModelSpec, load_catalogue
+from labkit.engine.catalogue import Catalogue, ModelSpec, builtin_speeds, load_catalogue
 from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario, synthetic
 
-DEFAULT_TPS = (65, 1000, 4000)
+DEFAULT_TPS = builtin_speeds()
 
 
 @dataclass

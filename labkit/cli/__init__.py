@@ -31,6 +31,7 @@ from labkit.cli.fit import add_fit_parser
 from labkit.cli.replay import add_replay_parser
 from labkit.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve
 from labkit.designs import DESIGNS
+from labkit.engine.catalogue import builtin_speeds
 from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE
 from labkit.scenarios import DEFAULT_SCENARIO, SYNTHETIC, SYNTHETIC_DEFAULTS
@@ -233,7 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare_help = "run every design on one scenario at several model speeds"
     c = sub.add_parser("compare", help=compare_help, description=compare_help, formatter_class=HelpFormatter)
     c.add_argument(
-        "--tps", type=speeds, default="65,1000,4000", help="decode speeds in tokens/s, comma-separated"
+        "--tps",
+        type=speeds,
+        default=",".join(map(str, builtin_speeds())),
+        help="decode speeds in tokens/s, comma-separated",
     )
     c.add_argument(
         "--scenario",

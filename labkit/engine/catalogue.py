@@ -76,3 +76,12 @@ def load_catalogue(extra: str | os.PathLike | None = None) -> Catalogue:
             description=str(fields.get("description", "")),
         )
     return Catalogue(models)
+
+
+def builtin_speeds() -> tuple[int, ...]:
+    """The built-in models' decode speeds, slowest first: the speeds ``labkit compare`` runs.
+
+    >>> builtin_speeds()
+    (65, 1000, 4000)
+    """
+    return tuple(sorted(round(float(fields["decode_tps"])) for fields in _read(BUILTIN_MODELS).values()))

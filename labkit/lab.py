@@ -129,6 +129,7 @@ __all__ = [
     "whatif",
 ]
 
+
 def about() -> str:
     """One line on what is running: labkit's version, Python, this machine's cores.
 

@@ -24,12 +24,12 @@ import pandas as pd
 from labkit.analysis.compare import Row, compare, model_near, rows_json
 from labkit.analysis.cost_model import CpuCosts, Shape, predict
 from labkit.designs import DESIGNS
-from labkit.engine.catalogue import load_catalogue
+from labkit.engine.catalogue import REPLAY_MODELS, builtin_speeds, load_catalogue
 from labkit.paths import DATA_ENV, builtin_data_dir, default_data_dir
 from labkit.profiles import DEFAULT_PROFILE, load_profile
 from labkit.scenarios.replay import Replay, load_replay
 
-DEFAULT_REPLAY_TPS = (65, 1000)
+DEFAULT_REPLAY_TPS = builtin_speeds(REPLAY_MODELS)
 REPLAYS = builtin_data_dir() / "replays"  # the recorded sessions labkit ships
 # A replayed session resends what it recorded: real histories outgrow the room-sized defaults.
 BODY_LIMIT = str(256 * 1024 * 1024)

@@ -13,6 +13,7 @@ from typing import Any
 
 from labkit.cli.checks import CommandError, check_models, check_profile, design_names, positive_count, speeds
 from labkit.designs import DESIGNS
+from labkit.engine.catalogue import REPLAY_MODELS, builtin_speeds
 from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE
 
@@ -49,7 +50,12 @@ def add_replay_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None
     """``labkit replay``'s arguments, on the ``labkit`` command's subparsers."""
     r = sub.add_parser("replay", help=HELP, description=HELP, formatter_class=formatter)
     r.add_argument("file", metavar="FILE", help="a Codex CLI session (JSON Lines) or a transcript")
-    r.add_argument("--tps", type=speeds, default="65,1000", help="decode speeds in tokens/s, comma-separated")
+    r.add_argument(
+        "--tps",
+        type=speeds,
+        default=",".join(map(str, builtin_speeds(REPLAY_MODELS))),
+        help="decode speeds in tokens/s, comma-separated",
+    )
     r.add_argument(
         "--designs",
         type=design_names,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -198,18 +199,18 @@ class WebSocketMode:
     def __init__(self, base_url: str, api_key: str, design: str = "websocket") -> None:
         self.design = design
         self._client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-        self._manager = self._client.responses.connect(extra_headers={DESIGN_HEADER: design})
+        self._socket = ExitStack()  # holds the open socket; closing it closes the socket
         self._conn: Any = None
         self._previous: str | None = None
 
     def turn(self, request: TurnRequest) -> TurnResult:
         timer = _Timer()
         if request.reconnect and self._conn is not None:
-            self._manager.__exit__(None, None, None)
-            self._manager = self._client.responses.connect(extra_headers={DESIGN_HEADER: self.design})
+            self._socket.close()
             self._conn, self._previous = None, None  # nothing to continue from on the new socket
         if self._conn is None:  # the socket opens within the turn, as HTTP's first connection does
-            self._conn = self._manager.__enter__()
+            connect = self._client.responses.connect(extra_headers={DESIGN_HEADER: self.design})
+            self._conn = self._socket.enter_context(connect)
         timer.building()
         body = _create_body(request)
         if self._previous is None:
@@ -228,8 +229,8 @@ class WebSocketMode:
         raise TurnFailed("the socket closed before a terminal event")
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._manager.__exit__(None, None, None)
+        self._socket.close()
+        self._conn = None
         self._client.close()
 
 

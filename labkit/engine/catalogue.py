@@ -78,10 +78,18 @@ def load_catalogue(extra: str | os.PathLike | None = None) -> Catalogue:
     return Catalogue(models)
 
 
-def builtin_speeds() -> tuple[int, ...]:
-    """The built-in models' decode speeds, slowest first: the speeds ``labkit compare`` runs.
+# A replayed session is long, so ``labkit replay`` runs the two speeds the story turns on,
+# the GPT-5 era's and the fast coding model's, and leaves out the production peak.
+REPLAY_MODELS = ("labkit-classic", "labkit-spark")
 
-    >>> builtin_speeds()
-    (65, 1000, 4000)
+
+def builtin_speeds(names: tuple[str, ...] | None = None) -> tuple[int, ...]:
+    """Built-in models' decode speeds, slowest first: all of them (what ``labkit compare`` runs)
+    or those of ``names``.
+
+    >>> builtin_speeds(), builtin_speeds(REPLAY_MODELS)
+    ((65, 1000, 4000), (65, 1000))
     """
-    return tuple(sorted(round(float(fields["decode_tps"])) for fields in _read(BUILTIN_MODELS).values()))
+    tables = _read(BUILTIN_MODELS)
+    chosen = tables.values() if names is None else (tables[name] for name in names)
+    return tuple(sorted(round(float(fields["decode_tps"])) for fields in chosen))

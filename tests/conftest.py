@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: a real ``labkit serve`` subprocess on loopback, official SDK clients,
-a room's server and its strict checks, and what /proc says of several workers."""
+a room's server and its strict checks, the model catalogue without overrides, and what /proc says
+of several workers."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from openai import OpenAI
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.client.launcher import LabkitServer
+from labkit.engine.catalogue import MODELS_ENV
 from labkit.paths import default_data_dir
 
 API_KEY = "sk-labkit-test"
@@ -293,8 +295,35 @@ def room() -> Iterator[LabkitServer]:
         yield srv
 
 
+@pytest.fixture(scope="module")
+def one_at_a_time() -> Iterator[LabkitServer]:
+    """Keys ``KEY_A`` and ``KEY_B``, each capped at one open connection and one request in flight."""
+    args = ["--profile", "local", "--api-key", KEY_A, "--api-key", KEY_B]
+    args += ["--max-connections-per-key", "1", "--max-requests-per-key", "1"]
+    with LabkitServer(args=args) as srv:
+        yield srv
+
+
 def bearer(key: str = KEY_A) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+def root_of(server: LabkitServer) -> str:
+    return server.base_url.removesuffix("/v1")
+
+
+def assert_serving(server: LabkitServer, http: httpx.Client | None = None) -> None:
+    """``/healthz`` answers and a normal response completes (on ``http``'s connection, if given)."""
+    client = http or httpx.Client(timeout=30)
+    try:
+        health = client.get(f"{root_of(server)}/healthz")
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        body = {"model": "labkit-spark", "input": "Still there?", "store": False}
+        reply = client.post(f"{server.base_url}/responses", json=body, headers=bearer())
+        assert reply.status_code == 200 and reply.json()["status"] == "completed", reply.text[:300]
+    finally:
+        if http is None:
+            client.close()
 
 
 def strict_json(text: str) -> Any:
@@ -341,6 +370,14 @@ def assert_error_event(event: dict[str, Any], status: int = 400) -> dict[str, An
     assert isinstance(event["error"]["code"], str)
     assert not LEAK.search(event["error"]["message"]), event
     return event["error"]
+
+
+# ---------------------------------------------------------------- the model catalogue
+
+
+@pytest.fixture
+def no_env_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(MODELS_ENV, raising=False)
 
 
 # ---------------------------------------------------------------- several workers, read off /proc

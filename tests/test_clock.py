@@ -1,4 +1,4 @@
-"""The decode clock, in fake time, and the model catalogue that sets its speed.
+"""The decode clock, in fake time, at the speed a catalogue model sets.
 
 Deadlines are computed from the start, so a late wake-up catches up in one chunk.
 
@@ -13,12 +13,11 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 
 from labkit.engine import clock as clock_module
-from labkit.engine.catalogue import MODELS_ENV, ModelSpec, UnknownModel, load_catalogue
+from labkit.engine.catalogue import load_catalogue
 from labkit.engine.clock import DecodeClock, Pacing, due_count
 
 EPS = 1e-9  # float rounding of t0 + i / tps, far below a token's interval at any tested speed
@@ -268,73 +267,7 @@ def test_a_stream_that_stops_early_stops_counting(fake: FakeTime) -> None:
     assert pacing.active == 0
 
 
-# ---------------------------------------------------------------- the catalogue: the speeds a clock runs at
-
-
-@pytest.fixture
-def no_env_models(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(MODELS_ENV, raising=False)
-
-
-def test_the_builtin_models_and_their_decode_speeds(no_env_models: None) -> None:
-    catalogue = load_catalogue()
-    assert catalogue.names() == ["labkit-burst", "labkit-classic", "labkit-spark"]
-    speeds = {name: catalogue.resolve(name).decode_tps for name in catalogue.names()}
-    assert speeds == {"labkit-classic": 65.0, "labkit-spark": 1000.0, "labkit-burst": 4000.0}
-    for name in catalogue.names():
-        spec = catalogue.resolve(name)
-        assert spec.name == name
-        assert spec.prefill_tps > spec.decode_tps
-        assert spec.description
-
-
-def test_prefill_time_is_uncached_tokens_over_prefill_speed(no_env_models: None) -> None:
-    spark = load_catalogue().resolve("labkit-spark")
-    assert spark.prefill_seconds(50_000) == pytest.approx(1.0)
-    assert spark.prefill_seconds(0) == 0
-
-
-def test_an_override_file_changes_one_field_and_adds_a_model(no_env_models: None, tmp_path: Path) -> None:
-    extra = tmp_path / "models.toml"
-    extra.write_text(
-        "[models.labkit-spark]\ndecode_tps = 2000\n\n"
-        '[models.my-model]\ndecode_tps = 300\nprefill_tps = 20000\ndescription = "mine"\n'
-    )
-    builtin = load_catalogue()
-    catalogue = load_catalogue(extra)
-    spark = catalogue.resolve("labkit-spark")
-    assert spark.decode_tps == 2000.0
-    assert spark.prefill_tps == builtin.resolve("labkit-spark").prefill_tps  # the rest is kept
-    assert spark.description == builtin.resolve("labkit-spark").description
-    assert catalogue.resolve("my-model") == ModelSpec("my-model", 300.0, 20000.0, "mine")
-    assert catalogue.resolve("labkit-classic") == builtin.resolve("labkit-classic")
-    assert set(catalogue.names()) == {*builtin.names(), "my-model"}
-
-
-def test_the_override_file_can_come_from_the_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    extra = tmp_path / "models.toml"
-    extra.write_text("[models.labkit-classic]\ndecode_tps = 50\n")
-    monkeypatch.setenv(MODELS_ENV, str(extra))
-    assert load_catalogue().resolve("labkit-classic").decode_tps == 50.0
-
-
-def test_a_model_missing_prefill_tps_is_an_error(no_env_models: None, tmp_path: Path) -> None:
-    extra = tmp_path / "models.toml"
-    extra.write_text("[models.half-done]\ndecode_tps = 300\n")
-    with pytest.raises(ValueError, match="half-done"):
-        load_catalogue(extra)
-
-
-def test_an_unknown_model_is_named_with_the_known_ones(no_env_models: None) -> None:
-    catalogue = load_catalogue()
-    with pytest.raises(UnknownModel) as info:
-        catalogue.resolve("gpt-99")
-    assert info.value.name == "gpt-99"
-    assert "gpt-99" in str(info.value)
-    assert "labkit-spark" in str(info.value)
-    assert isinstance(info.value, LookupError)
+# ---------------------------------------------------------------- a catalogue model's speed
 
 
 def test_a_clock_paces_at_the_models_speed(no_env_models: None, fake: FakeTime) -> None:

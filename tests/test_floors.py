@@ -9,26 +9,17 @@ floors pyproject declares, so the floors have one source.
 from __future__ import annotations
 
 import ast
-import asyncio
 import importlib.util
 import re
 import shutil
-import socket
-import struct
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
-import httpx
 import pytest
-from conftest import served_in_thread
-
-from labkit.server.network import ConnectionTracker, TrackedHTTP, http_protocol
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "labkit"
@@ -146,72 +137,6 @@ def test_the_private_import_scan_finds_one(tmp_path: Path) -> None:
         "uvicorn.protocols.http.h11_impl.H11Protocol",
         "httpx._client",
     ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Closed connections reach the trackers through uvicorn's public configuration
-
-
-def test_tracked_http_forwards_the_whole_protocol_interface() -> None:
-    # A method of asyncio.Protocol left to the base class would be its no-op, never the wrapped one.
-    interface = {n for n in dir(asyncio.Protocol) if not n.startswith("_")}
-    assert interface <= set(vars(TrackedHTTP)), interface - set(vars(TrackedHTTP))
-    assert issubclass(http_protocol(TrackedHTTP.http), asyncio.Protocol)
-
-
-@pytest.fixture
-def tracked_server() -> Iterator[tuple[str, list[bool]]]:
-    """A uvicorn server with ``http=TrackedHTTP`` whose app records, per request, whether its
-    connection is new; yields its URL and the record."""
-    tracker = ConnectionTracker()
-    opened: list[bool] = []
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        assert scope["type"] == "http"
-        opened.append(tracker.is_new(scope["client"]))
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-        await send({"type": "http.response.body", "body": b"ok"})
-
-    with served_in_thread(app, http=TrackedHTTP, lifespan="off") as url:
-        yield url, opened
-
-
-def requests_on_one_connection(url: str, count: int, port: int = 0) -> None:
-    """``count`` HTTP/1.1 requests over one new TCP connection from ``port``, then a reset."""
-    address = httpx.URL(url)
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.settimeout(10)
-        sock.bind(("127.0.0.1", port))
-        sock.connect((address.host, address.port))
-        for _ in range(count):
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: labkit\r\n\r\n")
-            answer = b""
-            while not answer.endswith(b"\r\n\r\nok"):
-                chunk = sock.recv(4096)
-                assert chunk, answer
-                answer += chunk
-        # A reset, not a FIN: no TIME_WAIT, so the next connection may bind the same port.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-
-
-def test_keep_alive_is_one_connection(tracked_server: tuple[str, list[bool]]) -> None:
-    url, opened = tracked_server
-    with httpx.Client() as client:
-        assert [client.get(url).status_code for _ in range(3)] == [200] * 3
-    requests_on_one_connection(url, 2)
-    assert opened == [True, False, False, True, False]
-
-
-def test_a_reused_port_is_new_once_its_connection_closed(tracked_server: tuple[str, list[bool]]) -> None:
-    url, opened = tracked_server
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    requests_on_one_connection(url, 1, port)
-    time.sleep(0.2)  # the server's event loop sees the reset
-    requests_on_one_connection(url, 1, port)
-    assert opened == [True, True]
 
 
 # ---------------------------------------------------------------------------------------------

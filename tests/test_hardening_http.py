@@ -15,7 +15,17 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import KEY_A, KEY_B, MAX_BODY, MAX_OUTPUT, MAX_TRACES, assert_api_error, bearer, strict_json
+from conftest import (
+    KEY_A,
+    KEY_B,
+    MAX_BODY,
+    MAX_OUTPUT,
+    MAX_TRACES,
+    assert_api_error,
+    assert_serving,
+    bearer,
+    strict_json,
+)
 
 from labkit.client.launcher import LabkitServer
 
@@ -27,11 +37,6 @@ def post(server: LabkitServer, body: Any, *, key: str = KEY_A, path: str = "/res
     content = json.dumps(body) if isinstance(body, dict) else body
     headers = {**bearer(key), "content-type": "application/json"}
     return httpx.post(f"{server.base_url}{path}", content=content, headers=headers, timeout=30)
-
-
-def assert_serving(server: LabkitServer) -> None:
-    reply = post(server, {"model": MODEL, "input": "Still there?", "store": False})
-    assert reply.status_code == 200 and reply.json()["status"] == "completed", reply.text[:300]
 
 
 # ---------------------------------------------------------------- text that is not valid Unicode

@@ -1,7 +1,8 @@
 """Resources a room of clients cannot grow without bound: every cache and queue has a cap, and
 filling it past the cap evicts or refuses instead of growing. Plus the limits on what the
-simulated model builds, the per-key caps over HTTP, and ``labkit serve`` refusing to serve a
-network without keys.
+simulated model builds, and ``labkit serve`` refusing to serve a network without keys. (The
+per-key caps are tested with the keys, in test_auth.py; the connection tracker's bound with the
+network, in test_network.py.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import KEY_A, KEY_B, assert_api_error, bearer
 
 from labkit.api.safejson import MAX_DEPTH, nesting_depth
 from labkit.client.launcher import LabkitServer
@@ -27,8 +27,6 @@ from labkit.engine.prefix_cache import PrefixCache
 from labkit.engine.render import TokenBuffer
 from labkit.paths import default_data_dir
 from labkit.scenarios import SYNTHETIC_MAX, ScenarioNotFound, load_scenario
-from labkit.server.auth import KeyLimiter, Keys
-from labkit.server.network import MAX_REMEMBERED, ConnectionTracker
 from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes, prefix_digests
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.traces import Trace, TraceStore
@@ -78,26 +76,6 @@ def test_prefix_cache_evicts_past_its_capacity() -> None:
     for i in range(100):
         cache.insert(encode_text(f"conversation number {i} " * 20))
     assert len(cache) <= 10 and cache.stats.evicted_blocks > 0
-
-
-def test_connection_tracker_is_bounded() -> None:
-    tracker = ConnectionTracker()
-    for port in range(MAX_REMEMBERED + 100):
-        tracker.is_new(("10.0.0.1", port))
-    assert len(tracker._seen) == MAX_REMEMBERED
-
-
-def test_key_limiter_releases_and_forgets() -> None:
-    limits = KeyLimiter(max_connections=2, max_requests=None)
-    with limits.connection("a"), limits.connection("a"):
-        with pytest.raises(Exception) as refused, limits.connection("a"):
-            pass
-        assert getattr(refused.value, "status", None) == 429
-        with limits.connection("b"):
-            pass
-    assert not limits.connections  # nothing is kept for keys with nothing open
-    with limits.request("a"), limits.request("a"):  # no cap on requests
-        pass
 
 
 # ---------------------------------------------------------------- what the model builds
@@ -160,58 +138,6 @@ def test_synthetic_scenarios_are_bounded() -> None:
 def test_depth_scan_ignores_brackets_inside_strings() -> None:
     assert nesting_depth('{"a": "[[[[[[", "b": ["]]]]", {"c": "\\"[["}]}') == 3
     assert nesting_depth("[" * (MAX_DEPTH + 1)) == MAX_DEPTH + 1
-
-
-def test_keys_compare_every_key_and_refuse_non_ascii() -> None:
-    keys = Keys(["sk-a", "sk-b"])
-    assert keys.owner("Bearer sk-b") == Keys().owner("Bearer sk-b")
-    for header in ("Bearer sk-\u00e9", "Bearer sk-a\x00", "Bearer \udcff"):
-        with pytest.raises(Exception) as refused:
-            keys.owner(header)
-        assert getattr(refused.value, "status", None) == 401
-
-
-# ---------------------------------------------------------------- per-key caps over HTTP
-
-
-@pytest.fixture(scope="module")
-def one_at_a_time() -> Iterator[LabkitServer]:
-    args = ["--profile", "local", "--api-key", KEY_A, "--api-key", KEY_B]
-    args += ["--max-requests-per-key", "1", "--max-connections-per-key", "1"]
-    with LabkitServer(args=args) as srv:
-        yield srv
-
-
-def test_requests_in_flight_per_key_are_capped(one_at_a_time: LabkitServer) -> None:
-    base = one_at_a_time.base_url
-    slow = {"model": "labkit-classic", "input": "Write 60 tokens.", "stream": True, "store": False}
-    with httpx.stream("POST", f"{base}/responses", json=slow, headers=bearer(KEY_A), timeout=30) as reply:
-        lines = reply.iter_lines()
-        assert next(lines) == "event: response.created"  # the stream is open: one request in flight
-        refused = httpx.get(f"{base}/models", headers=bearer(KEY_A), timeout=30)
-        error = assert_api_error(refused, 429)
-        assert error["type"] == "rate_limit_error"
-        assert httpx.get(f"{base}/models", headers=bearer(KEY_B), timeout=30).status_code == 200
-        assert httpx.get(f"{base.removesuffix('/v1')}/healthz", timeout=30).status_code == 200
-        for _ in lines:
-            pass  # read to the end: the request is over
-    for _ in range(100):  # the server lets go once it has sent the last byte
-        if httpx.get(f"{base}/models", headers=bearer(KEY_A), timeout=30).status_code == 200:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the key's request slot was never released")
-
-
-def test_a_trace_subscription_counts_as_a_connection_not_a_request(one_at_a_time: LabkitServer) -> None:
-    base = one_at_a_time.base_url
-    url = f"{base}/labkit/traces/stream"
-    with httpx.stream("GET", url, headers=bearer(KEY_B), timeout=30) as watching:
-        assert watching.status_code == 200
-        # The subscription stays open, yet the key's requests are served ...
-        assert httpx.get(f"{base}/models", headers=bearer(KEY_B), timeout=30).status_code == 200
-        # ... and a second subscription is over the key's connections.
-        with httpx.stream("GET", url, headers=bearer(KEY_B), timeout=30) as second:
-            assert second.status_code == 429
 
 
 # ---------------------------------------------------------------- serving a room needs keys

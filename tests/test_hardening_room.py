@@ -1,6 +1,7 @@
 """A room's server answers bad input in the API's own error shape, keeps serving, and stores
-nothing forged: compaction items, appended input, ``stream_id`` on appends, instructor keys,
-oversized request headers, and what docs/appended.md says of refusals and paused rollouts.
+nothing forged: compaction items, appended input, ``stream_id`` on appends, instructor keys, and
+what docs/appended.md says of refusals and paused rollouts. (Requests h11 cannot parse, oversized
+headers included, are tested with the protocol that answers them, in test_network.py.)
 
 A real ``labkit serve`` on loopback with two keys; raw httpx and ``websockets`` clients, so
 nothing is smoothed over by an SDK. Outcomes are read off the wire, never the clock.
@@ -13,7 +14,6 @@ import hashlib
 import hmac
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +31,7 @@ from conftest import (
     RECV_TIMEOUT,
     TERMINAL,
     assert_api_error,
+    assert_serving,
     bearer,
     strict_json,
 )
@@ -123,26 +124,8 @@ def assert_refused_compaction(error: dict[str, Any], index: int) -> None:
 # ---------------------------------------------------------------- clients
 
 
-def root_of(room: LabkitServer) -> str:
-    return room.base_url.removesuffix("/v1")
-
-
 def http_post(room: LabkitServer, path: str, body: dict[str, Any], key: str = KEY_A) -> httpx.Response:
     return httpx.post(f"{room.base_url}{path}", json=body, headers=bearer(key), timeout=30)
-
-
-def assert_serving(room: LabkitServer, http: httpx.Client | None = None) -> None:
-    """``/healthz`` answers and a normal response completes (on ``http``'s connection, if given)."""
-    client = http or httpx.Client(timeout=30)
-    try:
-        health = client.get(f"{root_of(room)}/healthz")
-        assert health.status_code == 200 and health.json() == {"status": "ok"}
-        body = {"model": MODEL, "input": "Still there?", "store": False}
-        reply = client.post(f"{room.base_url}/responses", json=body, headers=bearer())
-        assert reply.status_code == 200 and reply.json()["status"] == "completed", reply.text[:300]
-    finally:
-        if http is None:
-            client.close()
 
 
 @contextmanager
@@ -341,40 +324,6 @@ def test_a_non_ascii_instructor_key_is_one_line_and_exit_2(tmp_path: Path, how: 
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("labkit serve: error:"), result.stderr
     assert "instructor key" in lines[0] and "printable ASCII" in lines[0]
-
-
-# ---------------------------------------------------------------- 5. oversized request headers
-
-
-def test_an_oversized_request_header_is_a_431_in_the_error_shape(room: LabkitServer) -> None:
-    for path in ("/healthz", "/v1/models"):
-        reply = httpx.get(f"{root_of(room)}{path}", headers={"x-padding": "a" * 1_000_000}, timeout=30)
-        assert reply.headers["content-type"] == "application/json"
-        error = assert_api_error(reply, 431)
-        assert (error["type"], error["param"], error["code"]) == (
-            "invalid_request_error",
-            None,
-            "request_header_fields_too_large",
-        )
-    # Headers within the bound (16 KiB for the request line and headers) are served as usual.
-    fine = httpx.get(f"{root_of(room)}/healthz", headers={"x-padding": "a" * 8_000}, timeout=30)
-    assert fine.status_code == 200
-    assert_serving(room)
-
-
-def test_a_request_that_is_not_http_gets_a_400_in_the_error_shape(room: LabkitServer) -> None:
-    host, port = httpx.URL(room.base_url).host, httpx.URL(room.base_url).port
-    assert port is not None
-    with socket.create_connection((host, port), timeout=30) as raw:
-        raw.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-        answer = b""
-        while chunk := raw.recv(65536):
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400 ") and b"application/json" in head.lower()
-    error = json.loads(body)["error"]
-    assert set(error) == ERROR_KEYS and error["type"] == "invalid_request_error"
-    assert_serving(room)
 
 
 # ---------------------------------------------------------------- 6. what docs/appended.md says

@@ -34,15 +34,6 @@ MODEL = "labkit-spark"
 SLOW = "labkit-classic"  # 65 tokens/s: a response that is surely still running a moment later
 
 
-@pytest.fixture(scope="module")
-def capped() -> Iterator[LabkitServer]:
-    """Per-key caps: one open connection and one request in flight per key."""
-    args = ["--profile", "local", "--api-key", KEY_A, "--api-key", KEY_B]
-    args += ["--max-connections-per-key", "1", "--max-requests-per-key", "1"]
-    with LabkitServer(args=args) as srv:
-        yield srv
-
-
 @contextmanager
 def socket(server: LabkitServer, key: str = KEY_A) -> Iterator[ClientConnection]:
     with connect(server.ws_url, additional_headers=bearer(key), max_size=None) as ws:
@@ -227,13 +218,13 @@ def test_a_refused_upgrade_is_a_401_in_the_error_shape(room: LabkitServer, heade
     assert set(error) == ERROR_KEYS and error["type"] == "authentication_error"
 
 
-def test_open_connections_per_key_are_capped(capped: LabkitServer) -> None:
-    with socket(capped, KEY_A) as first:
-        with pytest.raises(InvalidStatus) as refused, socket(capped, KEY_A):
+def test_open_connections_per_key_are_capped(one_at_a_time: LabkitServer) -> None:
+    with socket(one_at_a_time, KEY_A) as first:
+        with pytest.raises(InvalidStatus) as refused, socket(one_at_a_time, KEY_A):
             pass
         assert refused.value.response.status_code == 429
         assert json.loads(refused.value.response.body)["error"]["type"] == "rate_limit_error"
-        with socket(capped, KEY_B) as other:  # another key is not held back
+        with socket(one_at_a_time, KEY_B) as other:  # another key is not held back
             still_serving(other)
         still_serving(first)
 
@@ -254,8 +245,8 @@ def socket_when_free(server: LabkitServer, key: str) -> Iterator[ClientConnectio
     raise AssertionError("the key's connection was never released")
 
 
-def test_responses_in_flight_per_key_are_capped_across_lanes(capped: LabkitServer) -> None:
-    with socket_when_free(capped, KEY_A) as ws:
+def test_responses_in_flight_per_key_are_capped_across_lanes(one_at_a_time: LabkitServer) -> None:
+    with socket_when_free(one_at_a_time, KEY_A) as ws:
         create(ws, model=MODEL, input="hi", store=False, stream_id="fast")
         first = answer(ws)["response"]  # the "fast" lane now caches it (store: false)
         create(ws, model=SLOW, input="Write 60 tokens.", store=False, stream_id="slow")

@@ -14,9 +14,6 @@ computed from the real items, not from constants.
 
 from __future__ import annotations
 
-import json
-import socket
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -26,7 +23,6 @@ import httpx
 import pandas as pd
 import pytest
 from conftest import (
-    API_KEY,
     auth_headers,
     by_stage,
     server_spans,
@@ -46,7 +42,7 @@ from labkit.client import agent
 from labkit.client.agent import Rollout
 from labkit.client.frame import COLUMNS
 from labkit.client.launcher import LabkitServer
-from labkit.client.transports import StatelessHTTP, Transport, TurnRequest, TurnResult
+from labkit.client.transports import Transport, TurnRequest, TurnResult
 from labkit.engine.render import encode_block, item_block
 from labkit.engine.safety import classifier_texts, scan
 from labkit.paths import default_data_dir
@@ -74,13 +70,6 @@ def block_tokens(items: list[dict[str, Any]]) -> int:
 def scanned_tokens(items: list[dict[str, Any]]) -> int:
     """Tokens the safety classifier reads for these items."""
     return scan(classifier_texts(items)).tokens
-
-
-def one_turn(transport: StatelessHTTP, text: str = "Say hello.") -> TurnResult:
-    user = {"type": "message", "role": "user", "content": text}
-    return transport.turn(
-        TurnRequest(model=MODEL, instructions="Be brief.", tools=[], history=[user], new=[user])
-    )
 
 
 # ---------------------------------------------------------------- the shared rollouts
@@ -187,7 +176,6 @@ def test_a_rollout_records_the_stages_its_plan_names_and_the_cost_model_prices(
                     turn,
                     stage,
                 )
-
 
 
 def test_naive_scans_and_renders_the_whole_history_every_turn(observed: dict[str, Observed]) -> None:
@@ -368,93 +356,6 @@ def test_one_ledger_row_per_response_in_every_design(
                 usage["output_tokens"],
             )
             assert rows[rid][0] == expected, design
-
-
-# ---------------------------------------------------------------- 3. the network model (production-like)
-
-
-def test_new_connection_per_request_pays_the_handshake_every_time(server: LabkitServer) -> None:
-    transport = StatelessHTTP(server.base_url, API_KEY, "sprint", fresh_connection=True)
-    ids = [one_turn(transport).response_id for _ in range(3)]
-    transport.close()
-    for rid in ids:
-        assert by_stage(server_spans(server.base_url, rid))["connect"]["detail"] == {"new_connection": True}
-
-
-def test_keep_alive_client_pays_the_handshake_once(server: LabkitServer) -> None:
-    transport = StatelessHTTP(server.base_url, API_KEY, "sprint")
-    try:
-        ids = [one_turn(transport).response_id for _ in range(3)]
-    finally:
-        transport.close()
-    opened = [
-        by_stage(server_spans(server.base_url, rid))["connect"]["detail"]["new_connection"] for rid in ids
-    ]
-    assert opened == [True, False, False]
-
-
-def test_fresh_httpx_client_per_request_is_a_new_connection(server: LabkitServer) -> None:
-    for _ in range(2):
-        with httpx.Client(timeout=30) as http:
-            reply = http.post(
-                f"{server.base_url}/responses", json={"model": MODEL, "input": "Hi."}, headers=auth_headers()
-            )
-        assert reply.status_code == 200, reply.text
-        connect_span = by_stage(server_spans(server.base_url, reply.json()["id"]))["connect"]
-        assert connect_span["detail"]["new_connection"] is True
-
-
-def raw_request_from(port: int, server: LabkitServer) -> str:
-    """One HTTP/1.1 request over a new TCP connection bound to ``port``, then a reset (no TIME_WAIT)."""
-    url = httpx.URL(server.base_url)
-    host, server_port = url.host, url.port
-    body = json.dumps({"model": MODEL, "input": "Hi.", "store": False}).encode()
-    head = (
-        f"POST /v1/responses HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer {API_KEY}\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.settimeout(30)
-        sock.bind(("127.0.0.1", port))
-        sock.connect((host, server_port))
-        sock.sendall(head.encode() + body)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += sock.recv(65536)
-        header, rest = data.split(b"\r\n\r\n", 1)
-        length = next(
-            int(line.split(b":")[1])
-            for line in header.split(b"\r\n")
-            if line.lower().startswith(b"content-length")
-        )
-        while len(rest) < length:
-            rest += sock.recv(65536)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
-    return json.loads(rest)["id"]
-
-
-def test_a_new_connection_from_a_reused_port_pays_the_handshake(server: LabkitServer) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    ids = [raw_request_from(port, server) for _ in range(2)]  # two TCP connections, one after the other
-    opened = [
-        by_stage(server_spans(server.base_url, rid))["connect"]["detail"]["new_connection"] for rid in ids
-    ]
-    assert opened == [True, True]
-
-
-def test_websocket_set_up_is_reported_with_the_first_response_only(server: LabkitServer) -> None:
-    with ws_connect(server) as ws:
-        first = ws_turn(ws, input="Say hello.", store=False)
-        second = ws_turn(ws, input=[{"role": "user", "content": "Again."}], previous_response_id=first["id"])
-        third = ws_turn(ws, input="Unrelated.", store=False)
-    stages = [[s["stage"] for s in server_spans(server.base_url, r["id"])] for r in (first, second, third)]
-    assert stages[0][:3] == ["connect", "upgrade", "auth"]
-    assert by_stage(server_spans(server.base_url, first["id"]))["connect"]["detail"]["new_connection"] is True
-    for later in stages[1:]:
-        assert not {"connect", "upgrade", "auth"} & set(later), later
 
 
 # ---------------------------------------------------------------- 4. design selection

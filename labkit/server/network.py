@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import weakref
 from collections import OrderedDict
 from http import HTTPStatus
 from typing import Any
+
+import h11
 
 from labkit.api import safejson
 from labkit.api.errors import APIError, invalid_request
@@ -30,6 +33,8 @@ MAX_REMEMBERED = 65_536
 # A request's line and headers together (what h11 buffers before the body): past it, a 431.
 # Real clients send a few KiB; h11's own default, made labkit's (``labkit serve`` sets it).
 MAX_HEADER_BYTES = 16 * 1024
+# Where a head ends, as h11 finds it: a blank line, CRLF or bare LF.
+HEAD_END = re.compile(rb"\n\r?\n")
 
 
 class ConnectionTracker:
@@ -132,22 +137,46 @@ class TrackedHTTP(asyncio.Protocol):
             # uvicorn answers a request h11 cannot parse in plain text; the API's shape instead.
             self.inner.send_400_response = self.refuse_unparsed
 
+    def head_limit(self) -> int:
+        """The bound on a request's line and headers: uvicorn's setting, else ``MAX_HEADER_BYTES``."""
+        config = getattr(self.inner, "config", None)
+        return getattr(config, "h11_max_incomplete_event_size", None) or MAX_HEADER_BYTES
+
+    def head_too_large(self) -> APIError:
+        limit = self.head_limit()
+        return APIError(
+            431,
+            f"The request's line and headers are larger than this server's limit of {limit} bytes.",
+            code="request_header_fields_too_large",
+        )
+
+    def head_outgrows_limit(self, data: bytes) -> bool:
+        """Whether the request head being read, with ``data``, is past the bound.
+
+        h11 bounds only a head still unfinished after a read; one read whole (a socket read takes
+        up to 256 KiB) would pass it, so the bound is checked here, before h11 sees the bytes.
+        """
+        conn = getattr(self.inner, "conn", None)
+        if conn is None or conn.their_state is not h11.IDLE:  # a request's body, or no request yet
+            return False
+        pending, _closed = conn.trailing_data
+        limit = self.head_limit()
+        if len(pending) + len(data) <= limit:
+            return False
+        return HEAD_END.search(pending + data[: limit + 4], 0, limit + 4) is None
+
     def unparsed_error(self) -> APIError:
         """What a request h11 refused gets: a 431 if its head outgrew the bound, else a 400."""
-        config = getattr(self.inner, "config", None)
-        limit = getattr(config, "h11_max_incomplete_event_size", None) or MAX_HEADER_BYTES
         buffered, _closed = self.inner.conn.trailing_data  # h11's buffer: the head that did not parse
-        if len(buffered) > limit:
-            return APIError(
-                431,
-                f"The request's line and headers are larger than this server's limit of {limit} bytes.",
-                code="request_header_fields_too_large",
-            )
+        if len(buffered) > self.head_limit():
+            return self.head_too_large()
         return invalid_request("We could not parse the HTTP request.")
 
     def refuse_unparsed(self, _message: str) -> None:
-        """Send ``unparsed_error`` as JSON and close, as uvicorn closes after its own answer."""
-        err = self.unparsed_error()
+        self.refuse(self.unparsed_error())
+
+    def refuse(self, err: APIError) -> None:
+        """Send ``err`` as JSON and close, as uvicorn closes after its own answer to a bad request."""
         body = safejson.dumps(err.body()).encode()
         head = (
             f"HTTP/1.1 {err.status} {HTTPStatus(err.status).phrase}\r\n"
@@ -164,6 +193,9 @@ class TrackedHTTP(asyncio.Protocol):
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self.head_outgrows_limit(data):
+            self.refuse(self.head_too_large())
+            return
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:

@@ -26,10 +26,11 @@ import ipywidgets as widgets
 import pandas as pd
 import plotly.graph_objects as go
 
-from labkit.analysis import frontend, plots, replay, whatif
+from labkit.analysis import frontend, replay, whatif
 from labkit.analysis.background import Background
 from labkit.analysis.cost_model import CpuCosts
 from labkit.analysis.live import LivePlot, StaticFigure, static
+from labkit.analysis.style import LEGEND_ABOVE, layout
 from labkit.analysis.tables import E2E, TTFT, saved, styled
 from labkit.designs import DESIGNS
 from labkit.scenarios.replay import ReplayError
@@ -282,15 +283,16 @@ def saving_bars(
                         **common,
                     )
                 )
-    fig.update_layout(
-        template=plots.TEMPLATE,
-        title={"text": "Saved against naive on the recorded session, by design and speed", "x": 0.01},
-        xaxis={"title": "design", "categoryorder": "array", "categoryarray": list(DESIGNS)},
-        yaxis={"title": "saved vs naive", "tickformat": ".0%"},
+    layout(
+        fig,
+        "Saved against naive on the recorded session, by design and speed",
+        "design",
+        "saved vs naive",
         barmode="group",
         scattermode="group",
-        legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
+        legend=LEGEND_ABOVE,
         margin={"l": 60, "r": 20, "t": 80, "b": 50},
-        height=380,
     )
+    fig.update_xaxes(categoryorder="array", categoryarray=list(DESIGNS))
+    fig.update_yaxes(tickformat=".0%")
     return fig

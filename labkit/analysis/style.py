@@ -21,6 +21,8 @@ DESIGN_DASHES = {"naive": "solid", "sprint": "dash", "websocket": "solid", "appe
 # For designs beyond the four (a composed spec, a model speed): a fixed cycle, in order of first use.
 EXTRA_COLORS = ("#b07aa1", "#9c755f", "#76b7b2", "#ff9da7", "#edc948", "#bab0ac", "#e15759")
 TEMPLATE = "plotly_white"
+# A legend in one row at the top right, above the plot (where bars leave no room below).
+LEGEND_ABOVE = {"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"}
 
 
 def design_color(name: str, order: Sequence[str] = ()) -> str:
@@ -51,13 +53,14 @@ def design_line(name: str, x: list, y: list, order: Sequence[str]) -> go.Scatter
 def layout(fig: go.Figure, title: str, x: str, y: str, **more: object) -> go.Figure:
     """``fig`` laid out as every labkit figure is: the template, a title at the left, axis titles,
     the legend below; ``more`` overrides (a height, a bar mode)."""
-    fig.update_layout(
-        template=TEMPLATE,
-        title={"text": title, "x": 0.01},
-        xaxis_title=x,
-        yaxis_title=y,
-        legend={"orientation": "h", "y": -0.2},
-        margin={"l": 60, "r": 20, "t": 60, "b": 60},
-        **{"height": 380, **more},
-    )
+    settings: dict[str, object] = {
+        "template": TEMPLATE,
+        "title": {"text": title, "x": 0.01},
+        "xaxis_title": x,
+        "yaxis_title": y,
+        "legend": {"orientation": "h", "y": -0.2},
+        "margin": {"l": 60, "r": 20, "t": 60, "b": 60},
+        "height": 380,
+    }
+    fig.update_layout(**{**settings, **more})
     return fig

@@ -25,7 +25,6 @@ from labkit.scenarios.recording import (
     RecordedTurn,
     ReplayError,
     Usage,
-    call_of,
     output_text,
 )
 
@@ -130,10 +129,7 @@ class CodexSession:
                 yield turn
                 turn = None
             turn = turn or RecordedTurn(number)
-            if kind in CALLS:
-                turn.calls.append(call_of(payload))
-            elif kind == "message":
-                turn.text = " ".join(t for t in (turn.text, content_text(payload.get("content"))) if t)
+            turn.take(payload)
         if turn is None:
             raise ReplayError(self._first_line, "a session in which the model answered at least once")
         yield turn

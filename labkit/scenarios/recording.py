@@ -53,6 +53,20 @@ class RecordedTurn:
     outputs: dict[str, str] = field(default_factory=dict)  # by call_id
     usage: Usage | None = None
 
+    def take(self, item: dict[str, Any]) -> None:
+        """One item the model sampled: a call joins the calls, a message's text the text.
+
+        >>> turn = RecordedTurn(1)
+        >>> turn.take({"type": "message", "content": "Hi."}); turn.take({"type": "reasoning"})
+        >>> turn.text, turn.calls
+        ('Hi.', [])
+        """
+        kind = item.get("type")
+        if kind in CALLS:
+            self.calls.append(call_of(item))
+        elif kind == "message":
+            self.text = " ".join(t for t in (self.text, content_text(item.get("content"))) if t)
+
     def step(self) -> dict[str, Any]:
         """The scenario step that says and calls what this turn did.
 

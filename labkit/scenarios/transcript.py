@@ -18,13 +18,11 @@ from typing import IO, Any
 
 from labkit.engine.render import content_text
 from labkit.scenarios.recording import (
-    CALLS,
     OUTPUTS,
     Opening,
     RecordedTurn,
     ReplayError,
     Usage,
-    call_of,
     output_text,
 )
 
@@ -157,10 +155,8 @@ class Transcript:
                     return
             turn = RecordedTurn(line, usage=_response_usage(response.get("usage")))
             for item in response["output"]:
-                if isinstance(item, dict) and item.get("type") in CALLS:
-                    turn.calls.append(call_of(item))
-                elif isinstance(item, dict) and item.get("type") == "message":
-                    turn.text = " ".join(t for t in (turn.text, content_text(item.get("content"))) if t)
+                if isinstance(item, dict):
+                    turn.take(item)
         if turn is None:
             raise ReplayError(1, "a transcript with at least one sampled response")
         yield turn

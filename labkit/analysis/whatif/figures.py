@@ -9,6 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from labkit.analysis import plots
+from labkit.analysis.style import LEGEND_ABOVE, layout
 
 
 def mechanism_bars(table: pd.DataFrame, baseline: str) -> go.Figure:
@@ -31,16 +32,15 @@ def mechanism_bars(table: pd.DataFrame, baseline: str) -> go.Figure:
     wrapped = ["<br>".join(textwrap.wrap(label, 16)) for label in labels]  # level labels, a few lines each
     fig.update_xaxes(categoryorder="array", categoryarray=labels, tickangle=0)
     fig.update_xaxes(tickvals=labels, ticktext=wrapped)
-    fig.update_layout(
-        template=plots.TEMPLATE,
-        title={"text": f"What each mechanism saves, added in order (share of {baseline} on top)", "x": 0.01},
-        xaxis_title="mechanism, in the order added",
-        yaxis_title="seconds saved over the rollout",
-        legend={"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
+    return layout(
+        fig,
+        f"What each mechanism saves, added in order (share of {baseline} on top)",
+        "mechanism, in the order added",
+        "seconds saved over the rollout",
+        legend=LEGEND_ABOVE,
         margin={"l": 60, "r": 20, "t": 80, "b": 90},
         height=420,
     )
-    return fig
 
 
 def saving_curve(curve: pd.DataFrame, current_tps: float, current_saving: float, baseline: str) -> go.Figure:

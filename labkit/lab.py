@@ -22,10 +22,13 @@ The names, grouped:
   (the server's spans of any response, such as one an SDK client made)
 - designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``
 - metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work``, ``span_detail``;
+  ``growth`` (how a turn's time grows with its history: a slope, its noise, a word when the run
+  can tell; ``HISTORY_STAGES`` are the stages that read the whole history);
   ``compare`` (designs side by side, with units; medians of repeated runs from ``repeat``),
   ``styled`` (any such table, formatted by its units)
 - the learner's part: ``glossary`` (every stage and idea, defined), ``check_guess`` (a
-  prediction against the measurement, in one sentence), ``trend`` (a series' shape in words)
+  prediction against the measurement, in one sentence), ``trend`` (a series' shape in words),
+  ``claim`` (a lesson's claim checked against this run, counted by ``benchmarks/lesson_claims.py``)
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
@@ -50,11 +53,13 @@ from typing import TYPE_CHECKING, Any
 
 from labkit import __version__
 from labkit.analysis import frontend, plots, whatif
+from labkit.analysis.claims import claim
 from labkit.analysis.cost_model import Prediction
 from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.frames import span_detail, stage_work
 from labkit.analysis.glossary import glossary
+from labkit.analysis.growth import HISTORY_STAGES, Growth, growth
 from labkit.analysis.guesses import check as check_guess
 from labkit.analysis.guesses import trend
 from labkit.analysis.live import LivePlot, show, shown
@@ -84,8 +89,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DESIGNS",
+    "HISTORY_STAGES",
     "CpuCosts",
     "Design",
+    "Growth",
     "LabkitServer",
     "LivePlot",
     "Prediction",
@@ -100,12 +107,14 @@ __all__ = [
     "article_fit",
     "bucket_of",
     "check_guess",
+    "claim",
     "compare",
     "compose",
     "cpu_costs",
     "end_to_end",
     "fetch_spans",
     "glossary",
+    "growth",
     "plan_table",
     "plots",
     "predict",

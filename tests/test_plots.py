@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from labkit.analysis import frontend, live, plots
+from labkit.analysis.growth import HISTORY_STAGES
 from labkit.analysis.metrics import turns
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
@@ -200,8 +201,11 @@ def test_figures_draw_from_rollouts(frames: dict[str, pd.DataFrame]) -> None:
     assert [t.name for t in bars.data] == ["API service", "inference", "client (tools, request)"]
     assert len(bars.data[0].x) == 4
     growth = plots.history_growth(frames)
-    assert [t.name for t in growth.data] == ["naive", "websocket"]
+    reading = f"reading the history ({', '.join(HISTORY_STAGES)})"
+    whole = ["naive: the whole API time", "websocket: the whole API time"]
+    assert [t.name for t in growth.data] == [*whole, f"naive: {reading}", f"websocket: {reading}"]
     assert list(growth.data[0].x) == sorted(growth.data[0].x)  # the history only grows
+    assert all(part < whole for part, whole in zip(growth.data[2].y, growth.data[0].y, strict=True))
     waterfall = plots.stage_waterfall(ws, 1)
     stages = [label.split(" ", 1)[1] for t in waterfall.data for label in t.y]
     assert {"render", "prefill", "decode", "tool"} <= set(stages)

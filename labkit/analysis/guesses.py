@@ -12,6 +12,7 @@ writes one, so *Run All* still works); a later cell calls ``check`` with the mea
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 SHAPES = ("grows", "stays flat", "falls")
 
@@ -65,3 +66,10 @@ def _how_far(guess: float, measured: float, fmt: str) -> str:
         ratio = guess / measured if guess > measured else measured / guess
         return f"{ratio:.1f}× too {'high' if guess > measured else 'low'}"
     return "too high" if guess > measured else "too low"
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """A run that cannot decide an answer, and why (the answer a guess is checked against then)."""
+
+    reason: str

@@ -13,6 +13,7 @@ out of end to end.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from labkit.api.stages import OBSERVER
@@ -33,9 +34,7 @@ def turns(frame: pd.DataFrame) -> pd.DataFrame:
     first = _instants(frame, "first_delta").reindex(send.index)
     following = send.shift(-1).fillna(done)
     by_bucket = frame.groupby(["turn", "bucket"])["duration"].sum().unstack(fill_value=0.0)
-    watched = pd.Series(
-        {turn: _watched(frame, send[turn], following[turn]) for turn in send.index}, dtype=float
-    ).reindex(send.index, fill_value=0.0)
+    watched = pd.Series(_watched_within(frame, send.to_numpy(), following.to_numpy()), index=send.index)
     table = pd.DataFrame(
         {
             "wall": following - send - watched,
@@ -60,9 +59,17 @@ def end_to_end(frame: pd.DataFrame) -> float:
 def _watched(frame: pd.DataFrame, start: float, end: float) -> float:
     """Seconds spent watching (the ``observer`` bucket) within ``[start, end]``: a watcher's redraw
     after the rollout's last answer is outside it, and takes nothing from it."""
+    return float(_watched_within(frame, np.array([start]), np.array([end]))[0])
+
+
+def _watched_within(frame: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``_watched`` for many windows at once (one per turn): every watching span against every
+    window in one array operation, where a loop over turns filtered the frame once per turn."""
     rows = frame[frame["bucket"] == OBSERVER]
-    overlap = (rows["start"] + rows["duration"]).clip(upper=end) - rows["start"].clip(lower=start)
-    return float(overlap.clip(lower=0.0).sum())
+    begin = rows["start"].to_numpy()
+    finish = begin + rows["duration"].to_numpy()
+    overlap = np.minimum(finish, ends[:, None]) - np.maximum(begin, starts[:, None])
+    return overlap.clip(min=0.0).sum(axis=1)
 
 
 def summary(frame: pd.DataFrame) -> dict[str, float]:

@@ -6,7 +6,8 @@ with these, so a design and a bucket have the same colour everywhere
 ``labkit.analysis.live`` redraws them turn by turn.
 
 - ``turn_buckets``: per turn, the API service, inference and the client, stacked
-- ``history_growth``: each turn's API time against the history it carried
+- ``history_growth``: each turn's API time against the history it carried, and the part of it
+  spent reading that history
 - ``stage_waterfall``: one turn, stage by stage, on its own clock
 - ``rollout_gantt``: whole rollouts side by side, every stage as a bar
 - ``per_turn``: one metric (TTFT, API time...) each turn, one line per design
@@ -27,12 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from labkit.analysis.growth import HISTORY_STAGES, history_tokens, stage_ms
 from labkit.analysis.metrics import turns
 from labkit.analysis.style import BUCKET_COLORS, BUCKET_LABELS, design_color, design_line, layout
 from labkit.analysis.style import TEMPLATE as TEMPLATE  # the what-if lab draws with plots.TEMPLATE
 from labkit.api.stages import BUCKETS, OBSERVER, bucket_of
 
 MS = 1000
+READING_LABEL = f"reading the history ({', '.join(HISTORY_STAGES)})"
 
 
 def _lines(
@@ -71,20 +74,24 @@ def history_growth(
     frames: Mapping[str, pd.DataFrame | None],
     title: str = "A turn's API time grows with the history it carries",
 ) -> go.Figure:
-    """Per design, each turn's API time (ms) against its prompt's size (tokens)."""
+    """Per design, each turn's API time (ms) against its prompt's size (tokens), and beneath it,
+    dotted, the part of it spent in the stages that read the whole history (``HISTORY_STAGES``)."""
 
-    def api_by_prompt(frame: pd.DataFrame) -> pd.Series:
-        both = pd.concat([_prompt_tokens(frame), turns(frame)["api"] * MS], axis=1, keys=["prompt", "api"])
-        return both.dropna().set_index("prompt")["api"]
+    def by_history(ms: Callable[[pd.DataFrame], pd.Series]) -> Callable[[pd.DataFrame], pd.Series]:
+        def series(frame: pd.DataFrame) -> pd.Series:
+            both = pd.concat([history_tokens(frame), ms(frame)], axis=1, keys=["history", "ms"])
+            return both.dropna().set_index("history")["ms"]
 
-    traces = _lines(frames, api_by_prompt)
-    return layout(go.Figure(traces), title, "history carried (prompt tokens)", "API time of the turn (ms)")
+        return series
 
-
-def _prompt_tokens(frame: pd.DataFrame) -> pd.Series:
-    """Per turn, the prompt's size after rendering (the render span's ``prompt_tokens``)."""
-    rows = frame[(frame["source"] == "server") & (frame["stage"] == "render")]
-    return rows.groupby("turn")["detail"].agg(lambda ds: max(d.get("prompt_tokens", 0) for d in ds))
+    whole = _lines(frames, by_history(lambda frame: turns(frame)["api"] * MS))
+    reading = _lines(frames, by_history(stage_ms))
+    for line in reading:
+        line.update(name=f"{line.name}: {READING_LABEL}", line_dash="dot", marker_symbol="circle-open")
+    for line in whole:
+        line.update(name=f"{line.name}: the whole API time")
+    fig = go.Figure([*whole, *reading])
+    return layout(fig, title, "history carried (prompt tokens)", "time of the turn (ms)")
 
 
 def stage_waterfall(frame: pd.DataFrame, turn: int, title: str | None = None) -> go.Figure:

@@ -1,0 +1,117 @@
+"""How a turn's time grows with the history it carries: a slope, its noise, and a word only when
+the run can tell.
+
+One rollout gives one point per turn: the history the turn carried (prompt tokens) and a time
+(the API's, or a few stages'). A straight line through them says how many milliseconds each
+1k tokens of history adds; the line's standard error says how sure one run is of that. A word
+(``grows``, ``stays flat``, ``falls``) is given only when the slope is at least three standard
+errors from zero, or when the whole rollout's change is surely under a tenth of the typical
+time; otherwise the run cannot tell, and says why.
+
+    >>> g = Growth.fit([1000, 5000, 9000, 13000], [110, 130, 151, 170])
+    >>> round(g.per_1k_ms, 1), g.shape()
+    (5.0, 'grows')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from labkit.analysis.guesses import Undecided
+from labkit.analysis.metrics import turns
+
+SURE = 3.0  # standard errors a slope must clear before one run names its direction
+FLAT = 0.10  # a change over the whole rollout under this share of the typical time is "flat"
+# The stages that read the whole history in a stateless design: the rest of a turn's API time
+# (the network, the service hops) costs the same at turn 1 and at turn 18.
+HISTORY_STAGES = ("validation", "input_safety", "render")
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A least-squares line through (history tokens, ms) points, one per turn."""
+
+    per_1k_ms: float  # ms each 1k tokens of history adds
+    noise_ms: float  # the slope's standard error, in the same unit
+    history: tuple[float, float]  # the smallest and largest history, tokens
+    typical_ms: float  # the mean time per turn
+
+    @classmethod
+    def fit(cls, history_tokens: Sequence[float], ms: Sequence[float]) -> Growth:
+        """The line through the points; at least three turns with different histories.
+
+        >>> Growth.fit([0, 1000, 2000], [10, 10, 10]).shape()
+        'stays flat'
+        """
+        x = [float(v) / 1000 for v in history_tokens]
+        y = [float(v) for v in ms]
+        if len(x) != len(y) or len(x) < 3:
+            raise ValueError("a growth needs at least three turns, each with a history and a time")
+        n = len(x)
+        mx, my = sum(x) / n, sum(y) / n
+        sxx = sum((v - mx) ** 2 for v in x)
+        if sxx == 0:
+            raise ValueError("every turn carried the same history: there is no growth to see")
+        slope = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sxx
+        residual = sum((b - my - slope * (a - mx)) ** 2 for a, b in zip(x, y, strict=True))
+        noise = math.sqrt(residual / (n - 2) / sxx)
+        return cls(slope, noise, (min(x) * 1000, max(x) * 1000), my)
+
+    @property
+    def over_rollout_ms(self) -> float:
+        """How much the line rises from the shortest history to the longest."""
+        return self.per_1k_ms * (self.history[1] - self.history[0]) / 1000
+
+    def shape(self) -> str | Undecided:
+        """``grows``, ``falls`` or ``stays flat`` when this run can tell, else ``Undecided``.
+
+        >>> Growth.fit([0, 1000, 2000, 3000], [10, 30, 12, 31]).shape().reason[:33]
+        'the slope, 4.5 ± 5.3 ms per 1k to'
+        """
+        span_k = (self.history[1] - self.history[0]) / 1000
+        if self.per_1k_ms - SURE * self.noise_ms > 0:
+            return "grows"
+        if self.per_1k_ms + SURE * self.noise_ms < 0:
+            return "falls"
+        if (abs(self.per_1k_ms) + SURE * self.noise_ms) * span_k < FLAT * abs(self.typical_ms):
+            return "stays flat"
+        return Undecided(
+            f"the slope, {self.per_1k_ms:.1f} ± {self.noise_ms:.1f} ms per 1k tokens of history, "
+            f"is neither {SURE:g} standard errors from zero nor surely flat"
+        )
+
+    def sentence(self, what: str) -> str:
+        """One line a learner reads: the slope with its noise, and the rise over the rollout."""
+        return (
+            f"{what}: {self.per_1k_ms:+.1f} ms per 1k tokens of history (± {self.noise_ms:.1f}), "
+            f"{self.over_rollout_ms:+.0f} ms from the shortest history to the longest "
+            f"(a turn took {self.typical_ms:.0f} ms on average)"
+        )
+
+
+def history_tokens(frame: pd.DataFrame) -> pd.Series:
+    """Per turn, the prompt the turn carried (the render span's ``prompt_tokens``)."""
+    rows = frame[(frame["source"] == "server") & (frame["stage"] == "render")]
+    return rows.groupby("turn")["detail"].agg(lambda ds: max(d.get("prompt_tokens", 0) for d in ds))
+
+
+def stage_ms(frame: pd.DataFrame, stages: Sequence[str] = HISTORY_STAGES) -> pd.Series:
+    """Per turn, the milliseconds the server spent in ``stages``."""
+    rows = frame[(frame["source"] == "server") & frame["stage"].isin(list(stages))]
+    return rows.groupby("turn")["duration"].sum() * 1000
+
+
+def growth(frame: pd.DataFrame, stages: Sequence[str] | None = None, skip_first: bool = True) -> Growth:
+    """How a rollout's per-turn time grows with its history: the whole API time, or ``stages``'.
+
+    Turn 0 is left out by default: it opens the connection and prefills the system prompt.
+    """
+    ms = turns(frame)["api"] * 1000 if stages is None else stage_ms(frame, stages)
+    both = pd.concat([history_tokens(frame), ms], axis=1, keys=["history", "ms"]).dropna()
+    if skip_first:
+        both = both[both.index > both.index.min()]
+    return Growth.fit(list(both["history"]), list(both["ms"]))

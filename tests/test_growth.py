@@ -1,0 +1,57 @@
+"""How a turn's time grows with its history: the line's slope and noise, and a word only when one
+run can tell; on a real naive rollout the stages that read the history grow with it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from labkit import lab
+from labkit.analysis.growth import Growth
+from labkit.analysis.guesses import Undecided
+
+
+def test_a_clear_rise_is_named_and_its_size_is_stated() -> None:
+    history = [1000 * i for i in range(1, 19)]
+    ms = [100 + 2 * h / 1000 + (1 if i % 2 else -1) for i, h in enumerate(history)]
+    g = Growth.fit(history, ms)
+    assert g.per_1k_ms == pytest.approx(2.0, abs=0.1)
+    assert g.over_rollout_ms == pytest.approx(34, abs=2)
+    assert g.shape() == "grows"
+    assert Growth.fit(history, [200 - v for v in ms]).shape() == "falls"
+
+
+def test_noise_larger_than_the_rise_is_undecided_not_flat() -> None:
+    rng = random.Random(7)
+    history = [1000 * i for i in range(1, 19)]
+    ms = [150 + 1.0 * h / 1000 + rng.gauss(0, 40) for h in history]
+    shape = Growth.fit(history, ms).shape()
+    assert isinstance(shape, Undecided) and "standard errors" in shape.reason
+
+
+def test_a_steady_time_is_flat_only_when_surely_so() -> None:
+    history = [1000 * i for i in range(1, 19)]
+    assert Growth.fit(history, [150 + (0.5 if i % 2 else -0.5) for i in range(18)]).shape() == "stays flat"
+
+
+def test_too_few_points_or_one_history_are_refused() -> None:
+    with pytest.raises(ValueError, match="three turns"):
+        Growth.fit([1, 2], [1, 2])
+    with pytest.raises(ValueError, match="same history"):
+        Growth.fit([5, 5, 5], [1, 2, 3])
+
+
+def test_on_a_naive_rollout_the_history_stages_grow_and_a_socket_s_do_not(
+    server: lab.LabkitServer,
+) -> None:
+    """The mechanism: naive validates, scans and renders the whole history every turn; the
+    socket only the new items, so its reading stages do not build up with the history."""
+    scenario = "synthetic:turns=10,output_tokens=20,tool_tokens=1500,instruction_tokens=200"
+    naive = lab.Rollout.run(server.base_url, "naive", scenario).frame()
+    socket = lab.Rollout.run(server.base_url, "websocket", scenario).frame()
+    naive_work = lab.stage_work(naive, ["input_safety"])["input_safety"]
+    socket_work = lab.stage_work(socket, ["input_safety"])["input_safety"]
+    assert naive_work.iloc[-1] > 5 * socket_work.iloc[-1]
+    reading = lab.growth(naive, stages=lab.HISTORY_STAGES)
+    assert reading.history[1] > 10_000 and reading.per_1k_ms > 0

@@ -23,7 +23,8 @@ The names, grouped:
 - designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``
 - metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work``, ``span_detail``;
   ``growth`` (how a turn's time grows with its history: a slope, its noise, a word when the run
-  can tell; ``HISTORY_STAGES`` are the stages that read the whole history);
+  can tell; ``HISTORY_STAGES`` are the stages that read the whole history); ``saving`` (what
+  a change saves per turn, two rollouts of one task set turn against turn, with its noise);
   ``compare`` (designs side by side, with units; medians of repeated runs from ``repeat``),
   ``styled`` (any such table, formatted by its units)
 - the learner's part: ``glossary`` (every stage and idea, defined), ``check_guess`` (a
@@ -65,6 +66,7 @@ from labkit.analysis.guesses import trend
 from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
+from labkit.analysis.paired import Saving, saving
 from labkit.analysis.replay import replay
 from labkit.analysis.shape import Shape
 from labkit.analysis.tables import compare, styled
@@ -98,6 +100,7 @@ __all__ = [
     "Prediction",
     "Rollout",
     "RoomServer",
+    "Saving",
     "Shape",
     "Stage",
     "Toolbox",
@@ -122,6 +125,7 @@ __all__ = [
     "repeat",
     "replay",
     "replay_lab",
+    "saving",
     "scenario",
     "server",
     "shape",

@@ -25,7 +25,10 @@ The names, grouped:
   ``compare`` (designs side by side, with units; medians of repeated runs from ``repeat``),
   ``styled`` (any such table, formatted by its units)
 - the learner's part: ``glossary`` (every stage and idea, defined), ``check_guess`` (a
-  prediction against the measurement, in one sentence), ``trend`` (a series' shape in words)
+  prediction against the measurement, in one sentence), ``decide`` (a word from a difference,
+  or ``Undecided`` when the runs' noise is larger), ``Undecided`` (a run that could not decide,
+  and why: ``check_guess`` neither confirms nor marks wrong against it), ``trend`` (a series'
+  shape in words)
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
@@ -37,6 +40,10 @@ The names, grouped:
   fitted profile)
 - the server's traces, live: ``watch_traces`` (into a live plot), ``TraceWatcher``
 - the stage names and buckets: ``Stage``, ``bucket_of``
+
+One side effect: importing ``lab`` sets ``pandas.options.display.max_colwidth = None``, so a
+table's text (a quote, a stage's plan, a definition) is shown whole, in every front end and
+export, never cut at pandas' 50 characters.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ import platform
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from labkit import __version__
 from labkit.analysis import frontend, plots, whatif
 from labkit.analysis.cost_model import Prediction
@@ -55,8 +64,8 @@ from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.frames import span_detail, stage_work
 from labkit.analysis.glossary import glossary
+from labkit.analysis.guesses import Undecided, decide, trend
 from labkit.analysis.guesses import check as check_guess
-from labkit.analysis.guesses import trend
 from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
@@ -76,11 +85,13 @@ from labkit.profiles import DEFAULT_PROFILE, Profile, load_profile
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from labkit.analysis.fit import ArticleFit
     from labkit.analysis.replay_ui import ReplayLab
     from labkit.analysis.whatif_ui import WhatIfLab
+
+# The side effect the module docstring states: labkit's tables carry sentences (the articles'
+# quotes, the designs' plans, the glossary), which pandas would cut at 50 characters.
+pd.set_option("display.max_colwidth", None)
 
 __all__ = [
     "DESIGNS",
@@ -96,6 +107,7 @@ __all__ = [
     "Toolbox",
     "TraceWatcher",
     "TurnRecord",
+    "Undecided",
     "about",
     "article_fit",
     "bucket_of",
@@ -103,6 +115,7 @@ __all__ = [
     "compare",
     "compose",
     "cpu_costs",
+    "decide",
     "end_to_end",
     "fetch_spans",
     "glossary",
@@ -169,8 +182,6 @@ def plan_table(designs: list[str] | None = None) -> pd.DataFrame:
     >>> table.loc["input_safety", "websocket"]
     'every turn, over the new items (fast classifier)'
     """
-    import pandas as pd
-
     chosen = {name: compose(name) for name in designs} if designs else None
     return pd.DataFrame(plan_rows(chosen)).set_index("stage")
 

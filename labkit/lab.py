@@ -302,23 +302,26 @@ def replay_lab() -> ReplayLab:
     return ReplayLab(cpu=cpu_costs())
 
 
-def article_fit(figures: str = "fitted", **changes: Any) -> ArticleFit:
+def article_fit(figures: str = "fitted", reading: str | None = None, **changes: Any) -> ArticleFit:
     """The profile's unknown delays fitted to the articles' figures (``labkit fit`` in Python).
 
     ``figures``: ``"fitted"`` (the figures the fit file marks so; the others held out) or
-    ``"all"``. ``changes`` replace fields of the fit's inputs (``data/fits/articles.toml``),
-    e.g. ``scenario="synthetic:turns=19,output_tokens=150"``.
+    ``"all"``. ``reading``: how to read the figures whose baseline no source states, one of the
+    fit file's readings (``"after-sprint"``, labkit's and the default, or ``"before-sprint"``).
+    ``changes`` replace fields of the fit's inputs (``data/fits/articles.toml``), e.g.
+    ``scenario="synthetic:turns=19,output_tokens=150"``.
 
         fit = article_fit()
         fit.residuals      # per figure, fitted or held out: the article's value, the outcome, the miss
-        fit.parameters     # per unknown: prior, bounds, fitted, sensitivities, how far it is pinned
+        fit.unknowns       # per unknown: guess, fitted, what each outcome does when it moves, what is left
         fit.profile        # the fitted Profile; profile_text(fit) is the file labkit fit writes
+        article_fit(reading="before-sprint").residuals   # the integrators against the API before the sprint
     """
     from dataclasses import replace
 
     from labkit.analysis.fit import fit_articles, read_inputs
 
-    return fit_articles(replace(read_inputs(), **changes), figures=figures)
+    return fit_articles(replace(read_inputs(reading=reading), **changes), figures=figures)
 
 
 def watch_traces(base_url: str, api_key: str, plot: LivePlot | None = None, keep: int = 30) -> TraceWatcher:

@@ -165,7 +165,8 @@ def test_the_unknowns_table_says_the_same_in_plain_words(fit) -> None:
     assert list(plain.index) == list(table.index)
     assert plain.loc["network.rtt_ms", "unit"] == "ms"
     assert plain.loc["safety.fast_hop_ms / hop_ms", "unit"] == "share of safety.hop_ms"
-    assert list(plain["spread left"]) == pytest.approx(list(1 - table["narrowed"]))
+    assert list(plain["leeway (±)"]) == list(table["sd"])
+    assert list(plain["leeway left (%)"]) == pytest.approx(list(1 - table["narrowed"]))
     assert list(plain["set by the figures"]) == ["yes" if p else "no" for p in table["pinned"]]
     assert list(plain["sprint vs naive, TTFT (points)"]) == list(table["d ttft_cut:sprint/naive (points/sd)"])
 

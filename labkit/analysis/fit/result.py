@@ -92,11 +92,11 @@ class ArticleFit:
 
     @property
     def unknowns(self) -> pd.DataFrame:
-        """``parameters`` in plain words, one row per unknown: its unit, labkit's guess and how far
-        the fit may move it at ease (one spread), the fitted value, then for each outcome the
-        percentage points it moves when the unknown rises by one spread, the share of the spread
-        the figures leave ("spread left"), and whether the figures set it (they cut its spread by
-        at least ``pinned_if_narrowed_by``)."""
+        """``parameters`` in plain words, one row per unknown: its unit, labkit's guess and its
+        leeway (how far the fit may move it at ease: the prior's spread), the fitted value, then
+        for each outcome the percentage points it moves when the unknown rises by its leeway, the
+        share of the leeway the fitted figures leave, and whether they set it (cut its leeway by at
+        least ``pinned_if_narrowed_by``). ``labkit.analysis.tables.styled`` shows it by its units."""
         table = self.parameters
         compared = {
             key: next(f.compared for f in self.inputs.figures if f.key == key) for key in self.inputs.keys
@@ -105,10 +105,10 @@ class ArticleFit:
             {
                 "unit": [f"share of {p.share_of}" if p.share_of else "ms" for p in self.inputs.parameters],
                 "guess": table["prior"],
-                "one spread": table["sd"],
+                "leeway (±)": table["sd"],
                 "fitted": table["fitted"],
                 **{f"{compared[key]} (points)": table[f"d {key} (points/sd)"] for key in self.inputs.keys},
-                "spread left": 1 - table["narrowed"],
+                "leeway left (%)": 1 - table["narrowed"],
                 "set by the figures": table["pinned"].map({True: "yes", False: "no"}),
             },
             index=table.index,

@@ -134,7 +134,7 @@ def test_a_word_of_another_meaning_is_wrong(guess: str, answer: str) -> None:
 def test_a_word_labkit_does_not_read_is_answered_with_the_words_it_does() -> None:
     sentence = check("maybe", "grows", "the tokens")
     assert "not this time" not in sentence and "right" not in sentence
-    assert "write 'grows', 'stays flat' or 'falls' (or words meaning the same)" in sentence
+    assert "write 'grows', 'stays flat', 'falls' or 'shrinks' (or words meaning the same)" in sentence
     assert "write 'larger' or 'smaller'" in check("dunno", "smaller", "the share")
     assert "doesn't grow" not in sentence and meaning("doesn't grow") is None  # a negation is not read
 
@@ -147,7 +147,10 @@ def test_an_answer_of_its_own_is_compared_as_text() -> None:
 
 
 def test_a_number_for_a_word_says_which_words() -> None:
-    assert "which wants one of 'grows', 'stays flat' or 'falls'" in check(0.3, "grows", "the tokens")
+    assert "which wants one of 'grows', 'stays flat', 'falls' or 'shrinks'" in check(
+        0.3, "grows", "the tokens"
+    )
+    assert "which wants one of 'yes' or 'no'" in check(1, "no", "the question")
 
 
 def test_no_guess_still_gives_the_answer() -> None:

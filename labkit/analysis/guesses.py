@@ -48,7 +48,8 @@ matter. An answer outside the vocabularies (a step's name) is compared as text, 
     this run's answer is 'stays flat': right.
     >>> print(check("maybe", "grows", "the tokens per turn"))  # doctest: +NORMALIZE_WHITESPACE
     You guessed 'maybe' for the tokens per turn, which is not an answer labkit reads:
-    write 'grows', 'stays flat' or 'falls' (or words meaning the same). This run's answer is 'grows'.
+    write 'grows', 'stays flat', 'falls' or 'shrinks' (or words meaning the same). This run's answer is
+    'grows'.
 
 **An inconclusive run** is passed as an ``Undecided``; ``decide`` makes one when a difference
 is within the noise, and names the word otherwise:
@@ -72,7 +73,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 SHAPES = ("grows", "stays flat", "falls")
-# The answer sets a notebook asks for; a measured word belongs to the first that holds it.
+# The answer sets a notebook asks for; a guess is told every answer asked beside the measured one.
 VOCABULARIES: tuple[tuple[str, ...], ...] = (
     SHAPES,
     ("larger", "smaller"),
@@ -308,8 +309,10 @@ def meaning(word: str) -> str | None:
 
 
 def _vocabulary(answer: str) -> tuple[str, ...] | None:
+    """Every answer asked beside ``answer``: ``"grows"`` -> grows, stays flat, falls, shrinks."""
     plain = _plain(answer)
-    return next((v for v in VOCABULARIES if plain in v), None)
+    words = tuple(dict.fromkeys(word for v in VOCABULARIES if plain in v for word in v))
+    return words or None
 
 
 def _listed(answers: Sequence[str]) -> str:

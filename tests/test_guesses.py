@@ -4,6 +4,7 @@ cannot decide never marks a guess wrong."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from labkit import lab
@@ -31,6 +32,12 @@ def test_a_guess_that_is_no_share_gets_a_sentence_saying_how_to_write_one(writte
     sentence = check(written, 0.58, "the share")
     assert "write 0.3, 30 or '30%' for 30%" in sentence and sentence.endswith("This run measured 58%.")
     assert "close" not in sentence and "points" not in sentence
+
+
+def test_numpy_numbers_and_a_missing_measurement() -> None:
+    assert check(np.int64(30), np.float64(0.58), "the share").endswith("28 points low.")
+    assert check(np.float32(0.3), 0.58, "the share").startswith("You guessed 30% for the share;")
+    assert "gave no number for the share" in check(0.3, float("nan"), "the share")
 
 
 def test_a_percent_outside_the_format_is_not_a_share() -> None:

@@ -68,6 +68,7 @@ is within the noise, and names the word otherwise:
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -196,6 +197,8 @@ def check(
         return _undecided(guess, measured, what, fmt)
     if isinstance(measured, str):
         return _word(guess, measured, what)
+    if math.isnan(measured):
+        return f"This run gave no number for {what} (it came out as NaN): nothing to check a guess against."
     noise = (f"±{_points(spread)}" if _is_share(fmt) else f"±{fmt.format(spread)}") if spread else ""
     shown = fmt.format(measured) + (f" ({noise} over repeated runs)" if noise else "")
     if guess is None:
@@ -220,8 +223,10 @@ def _number(guess: float | str, fmt: str) -> tuple[float, str] | str:
     want = "which is not a share: write 0.3, 30 or '30%' for 30%" if share else _unit_hint(fmt)
     if isinstance(guess, bool):
         return want
-    if isinstance(guess, int | float):
+    if isinstance(guess, numbers.Real):  # numpy's numbers too
         number, percent = float(guess), False
+    elif not isinstance(guess, str):
+        return want
     else:
         found = _NUMBER.match(guess.strip().lower())
         if not found:

@@ -28,8 +28,11 @@ The names, grouped:
   ``compare`` (designs side by side, with units; medians of repeated runs from ``repeat``),
   ``styled`` (any such table, formatted by its units)
 - the learner's part: ``glossary`` (every stage and idea, defined), ``check_guess`` (a
-  prediction against the measurement, in one sentence), ``trend`` (a series' shape in words),
-  ``claim`` (a lesson's claim checked against this run, counted by ``benchmarks/lesson_claims.py``)
+  prediction against the measurement, in one sentence), ``decide`` (a word from a difference,
+  or ``Undecided`` when the runs' noise is larger), ``Undecided`` (a run that could not decide,
+  and why: ``check_guess`` neither confirms nor marks wrong against it), ``trend`` (a series'
+  shape in words), ``claim`` (a lesson's claim checked against this run, counted by
+  ``benchmarks/lesson_claims.py``)
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
@@ -41,6 +44,10 @@ The names, grouped:
   fitted profile)
 - the server's traces, live: ``watch_traces`` (into a live plot), ``TraceWatcher``
 - the stage names and buckets: ``Stage``, ``bucket_of``
+
+One side effect: importing ``lab`` sets ``pandas.options.display.max_colwidth = None``, so a
+table's text (a quote, a stage's plan, a definition) is shown whole, in every front end and
+export, never cut at pandas' 50 characters.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ import platform
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from labkit import __version__
 from labkit.analysis import frontend, plots, whatif
 from labkit.analysis.claims import claim
@@ -61,8 +70,8 @@ from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.frames import span_detail, stage_work
 from labkit.analysis.glossary import glossary
 from labkit.analysis.growth import HISTORY_STAGES, Growth, growth
+from labkit.analysis.guesses import Undecided, decide, trend
 from labkit.analysis.guesses import check as check_guess
-from labkit.analysis.guesses import trend
 from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
@@ -83,11 +92,13 @@ from labkit.profiles import DEFAULT_PROFILE, Profile, load_profile
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from labkit.analysis.fit import ArticleFit
     from labkit.analysis.replay_ui import ReplayLab
     from labkit.analysis.whatif_ui import WhatIfLab
+
+# The side effect the module docstring states: labkit's tables carry sentences (the articles'
+# quotes, the designs' plans, the glossary), which pandas would cut at 50 characters.
+pd.set_option("display.max_colwidth", None)
 
 __all__ = [
     "DESIGNS",
@@ -106,6 +117,7 @@ __all__ = [
     "Toolbox",
     "TraceWatcher",
     "TurnRecord",
+    "Undecided",
     "about",
     "article_fit",
     "bucket_of",
@@ -114,6 +126,7 @@ __all__ = [
     "compare",
     "compose",
     "cpu_costs",
+    "decide",
     "end_to_end",
     "fetch_spans",
     "glossary",
@@ -182,8 +195,6 @@ def plan_table(designs: list[str] | None = None) -> pd.DataFrame:
     >>> table.loc["input_safety", "websocket"]
     'every turn, over the new items (fast classifier)'
     """
-    import pandas as pd
-
     chosen = {name: compose(name) for name in designs} if designs else None
     return pd.DataFrame(plan_rows(chosen)).set_index("stage")
 
@@ -304,23 +315,26 @@ def replay_lab() -> ReplayLab:
     return ReplayLab(cpu=cpu_costs())
 
 
-def article_fit(figures: str = "fitted", **changes: Any) -> ArticleFit:
+def article_fit(figures: str = "fitted", reading: str | None = None, **changes: Any) -> ArticleFit:
     """The profile's unknown delays fitted to the articles' figures (``labkit fit`` in Python).
 
     ``figures``: ``"fitted"`` (the figures the fit file marks so; the others held out) or
-    ``"all"``. ``changes`` replace fields of the fit's inputs (``data/fits/articles.toml``),
-    e.g. ``scenario="synthetic:turns=19,output_tokens=150"``.
+    ``"all"``. ``reading``: how to read the figures whose baseline no source states, one of the
+    fit file's readings (``"after-sprint"``, labkit's and the default, or ``"before-sprint"``).
+    ``changes`` replace fields of the fit's inputs (``data/fits/articles.toml``), e.g.
+    ``scenario="synthetic:turns=19,output_tokens=150"``.
 
         fit = article_fit()
         fit.residuals      # per figure, fitted or held out: the article's value, the outcome, the miss
-        fit.parameters     # per unknown: prior, bounds, fitted, sensitivities, how far it is pinned
+        fit.unknowns       # per unknown: guess, fitted, what each outcome does when it moves, what is left
         fit.profile        # the fitted Profile; profile_text(fit) is the file labkit fit writes
+        article_fit(reading="before-sprint").residuals   # the integrators against the API before the sprint
     """
     from dataclasses import replace
 
     from labkit.analysis.fit import fit_articles, read_inputs
 
-    return fit_articles(replace(read_inputs(), **changes), figures=figures)
+    return fit_articles(replace(read_inputs(reading=reading), **changes), figures=figures)
 
 
 def watch_traces(base_url: str, api_key: str, plot: LivePlot | None = None, keep: int = 30) -> TraceWatcher:

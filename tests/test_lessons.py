@@ -1,8 +1,12 @@
-"""The learner's tools: the glossary covers every name a notebook shows, a guess is checked in one
-sentence, and designs compare in tables with units (medians of repeated runs, with their spread)."""
+"""The learner's tools: the glossary covers every name a notebook shows, a series' shape is read in
+words (a guess is graded in tests/test_guesses.py), designs compare in tables with units (medians of
+repeated runs, with their spread), and no table cuts its text."""
 
 from __future__ import annotations
 
+import html
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -28,30 +32,6 @@ def test_the_glossary_defines_every_stage_the_plan_table_shows() -> None:
 def test_the_guide_prints_the_same_glossary() -> None:
     guide = (Path(__file__).parents[1] / "notebooks" / "README.md").read_text(encoding="utf-8")
     assert glossary.markdown() in guide, "notebooks/README.md's glossary differs from lab.glossary()"
-
-
-@pytest.mark.parametrize(
-    ("guess", "measured", "fmt", "ends"),
-    [
-        (0.30, 0.58, "{:.0%}", "28 points low."),
-        (0.65, 0.58, "{:.0%}", "close."),
-        (0.70, 0.58, "{:.0%}", "12 points high."),
-        (0.90, 0.58, "{:.0%}", "32 points high."),
-        (5.0, 1.25, "{:.2f} s", "4.0× too high."),
-        (0.2, 1.0, "{:.1f} s", "5.0× too low."),
-    ],
-)
-def test_a_numeric_guess_is_answered_with_its_distance(
-    guess: float, measured: float, fmt: str, ends: str
-) -> None:
-    sentence = lab.check_guess(guess, measured, "the saving", fmt=fmt)
-    assert sentence.startswith(f"You guessed {fmt.format(guess)} for the saving") and sentence.endswith(ends)
-
-
-def test_a_word_guess_and_no_guess() -> None:
-    assert lab.check_guess("Grows ", "grows", "the tokens").endswith(": right.")
-    assert lab.check_guess("falls", "grows", "the tokens").endswith(": not this time.")
-    assert lab.check_guess(None, 0.4, "the share").startswith("No guess recorded for the share")
 
 
 def test_trend_reads_the_shape_of_a_series() -> None:
@@ -95,3 +75,54 @@ def test_styled_shows_counts_as_numbers_and_shares_in_percent() -> None:
     )
     html = lab.styled(table).to_html()
     assert "15,000<" in html and "45%<" in html and "62 ms<" in html and "1500000%" not in html
+
+
+# ---------------------------------------------------------------- text shown whole
+
+LONG = "Vercel integrated the WebSocket mode into the AI SDK and saw latency reductions of up to 40%."
+
+
+def shown(value: object) -> dict[str, str]:
+    """What a notebook stores for a cell's last value: IPython's formatter, HTML and text, with
+    pandas' options as in a Jupyter kernel (no terminal: 20 columns, 80 characters wide)."""
+    from IPython.core.formatters import DisplayFormatter
+
+    with pd.option_context("display.max_columns", 20, "display.width", 80):
+        data, _ = DisplayFormatter().format(value)
+    return {kind: html.unescape(data[kind]) for kind in ("text/html", "text/plain") if kind in data}
+
+
+def test_importing_lab_lets_pandas_show_a_long_cell_whole() -> None:
+    """In a fresh interpreter: pandas cuts a 120-character cell at 50 characters, until
+    ``from labkit import lab``."""
+    program = (
+        "import pandas as pd\n"
+        "from IPython.core.formatters import DisplayFormatter\n"
+        "cell = 'x' * 119 + 'y'\n"
+        "frame = pd.DataFrame({'text': [cell]})\n"
+        "def whole():\n"
+        "    data, _ = DisplayFormatter().format(frame)\n"
+        "    return [cell in data[kind] for kind in ('text/html', 'text/plain')]\n"
+        "print(whole())\n"
+        "from labkit import lab\n"
+        "print(whole())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[False, False]", "[True, True]"]
+
+
+def test_labkit_tables_show_their_text_whole() -> None:
+    assert len(LONG) > 50
+    frame = pd.DataFrame({"their words": [LONG], "figure (%)": [0.4]}, index=["Vercel AI SDK"])
+    for table in (frame, lab.styled(frame)):
+        assert LONG in shown(table)["text/html"]
+    assert LONG in shown(frame)["text/plain"]
+    terms = lab.glossary()
+    longest = max(terms["meaning"], key=len)
+    assert len(longest) > 100
+    assert all(longest in text for text in shown(terms).values())
+    plans = lab.plan_table()
+    longest_plan = max((cell for column in plans.columns for cell in plans[column]), key=len)
+    assert len(longest_plan) > 50
+    assert all(longest_plan in text for text in shown(plans).values())

@@ -12,6 +12,7 @@ import pytest
 from labkit.analysis import frontend, live, plots
 from labkit.analysis.growth import HISTORY_STAGES
 from labkit.analysis.metrics import turns
+from labkit.api.stages import DEFINITIONS
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
 
@@ -217,6 +218,25 @@ def test_figures_draw_from_rollouts(frames: dict[str, pd.DataFrame]) -> None:
     assert naive_line[-1] > 2 * ws_line[-1]
     race = plots.race(frames)
     assert all(list(t.y) == sorted(t.y) for t in race.data)
+
+
+def test_the_waterfall_draws_the_downlink_where_its_definition_says_it_is_paid() -> None:
+    """With a round trip to pay, the downlink (the network back to the client) is held before the
+    response's first event: the waterfall draws it ending before queue and prefill start, and its
+    definition, shown on hover and in the glossary, says so."""
+    with LabkitServer(args=["--profile", "production-like"]) as srv:
+        frame = Rollout.run(srv.base_url, "naive", "synthetic:turns=2,tool_tokens=50").frame()
+    waterfall = plots.stage_waterfall(frame, 1)
+    bars = {
+        label.split(" ", 1)[1]: (base, base + width, meaning)
+        for trace in waterfall.data
+        for label, base, width, meaning in zip(trace.y, trace.base, trace.x, trace.customdata, strict=True)
+    }
+    downlink_ends = bars["downlink"][1]
+    assert downlink_ends > bars["downlink"][0]  # 10 ms, half of production-like's round trip
+    assert downlink_ends <= bars["prefill"][0] + 1e-6
+    meaning = bars["downlink"][2].replace("<br>", " ")
+    assert meaning == DEFINITIONS["downlink"] and "before inference starts" in meaning
 
 
 def test_empty_data_draws_the_same_traces() -> None:

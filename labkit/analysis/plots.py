@@ -23,6 +23,7 @@ with these, so a design and a bucket have the same colour everywhere
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
@@ -32,7 +33,7 @@ from labkit.analysis.growth import HISTORY_STAGES, history_tokens, stage_ms
 from labkit.analysis.metrics import turns
 from labkit.analysis.style import BUCKET_COLORS, BUCKET_LABELS, design_color, design_line, layout
 from labkit.analysis.style import TEMPLATE as TEMPLATE  # the what-if lab draws with plots.TEMPLATE
-from labkit.api.stages import BUCKETS, OBSERVER, bucket_of
+from labkit.api.stages import BUCKETS, DEFINITIONS, OBSERVER, bucket_of
 
 MS = 1000
 READING_LABEL = f"reading the history ({', '.join(HISTORY_STAGES)})"
@@ -95,20 +96,26 @@ def history_growth(
 
 
 def stage_waterfall(frame: pd.DataFrame, turn: int, title: str | None = None) -> go.Figure:
-    """One turn's spans, server and client, as bars on the turn's own clock (ms from its send)."""
+    """One turn's spans, server and client, as bars on the turn's own clock (ms from its send),
+    each where it was paid: ``downlink``, the network back to the client, sits before queue and
+    prefill, because the server holds the response's first event by it. Hovering a bar shows
+    the stage's definition (``labkit.api.stages.DEFINITIONS``)."""
     rows = frame[(frame["turn"] == turn) & (frame["duration"] > 0) & (frame["bucket"] != OBSERVER)]
     send = frame.loc[(frame["turn"] == turn) & (frame["stage"] == "send"), "start"].min()
     rows = rows.sort_values("start")
     labels = [f"{i + 1:02d} {stage}" for i, stage in enumerate(rows["stage"])]
+    meanings = ["<br>".join(textwrap.wrap(DEFINITIONS.get(stage, ""), 60)) for stage in rows["stage"]]
     traces = []
     for bucket in BUCKETS:
-        mine = rows["bucket"] == bucket
+        mine = list(rows["bucket"] == bucket)
         traces.append(
             go.Bar(
                 name=BUCKET_LABELS[bucket],
                 y=[label for label, m in zip(labels, mine, strict=True) if m],
                 x=list(rows.loc[mine, "duration"] * MS),
                 base=list((rows.loc[mine, "start"] - send) * MS),
+                customdata=[meaning for meaning, m in zip(meanings, mine, strict=True) if m],
+                hovertemplate="%{y}: %{x:.1f} ms, from %{base:.1f} ms<br>%{customdata}<extra></extra>",
                 orientation="h",
                 marker_color=BUCKET_COLORS[bucket],
             )

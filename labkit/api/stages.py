@@ -83,7 +83,9 @@ DEFINITIONS: dict[str, str] = {
     Stage.RENDER: "Turning the conversation into the model's prompt: chat template and tokenization.",
     Stage.ROUTING: "Resolving the model's configuration and choosing a replica (a GPU server) for it.",
     Stage.INTERMEDIARY: "The extra hop through an intermediary service on the way to inference.",
-    Stage.DOWNLINK: "The answer's first bytes crossing the network back to the client.",
+    Stage.DOWNLINK: "The network's one-way delay back to the client, paid once, before a response's first"
+    " event (response.created, sent before inference starts): every event after it, the first token"
+    " included, reaches the client that much later.",
     Stage.QUEUE: "Waiting for a free slot on the chosen replica.",
     Stage.PREFILL: "The GPU reading the prompt tokens its prefix cache does not already hold.",
     Stage.DECODE: "The GPU sampling the output, one token at a time, at the model's speed.",

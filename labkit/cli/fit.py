@@ -3,8 +3,8 @@ write the fitted profile.
 
 By default the fit uses the figures the fit file marks fitted and reports the held-out ones'
 residuals beside them; ``--figures all`` fits to every figure, to show how they pull against
-each other. A fit file that cannot be used, or a path the profile cannot be written to, is one
-line and exit 2.
+each other; ``--reading`` reads the figures whose baseline no source states another way. A fit
+file that cannot be used, or a path the profile cannot be written to, is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def fit_command(args: argparse.Namespace) -> None:
         raise CommandError(f"--out '{args.out}' must end in .toml (labkit reads profiles from TOML files)")
     try:
         cpu = CpuCosts.measure() if args.cpu == "here" else None
-        inputs = read_inputs(Path(args.inputs) if args.inputs else FIT_FILE, cpu=cpu)
+        inputs = read_inputs(Path(args.inputs) if args.inputs else FIT_FILE, cpu=cpu, reading=args.reading)
         fit = fit_articles(inputs, figures=args.figures)
     except FitInputError as e:
         raise CommandError(str(e)) from None
@@ -67,6 +67,13 @@ def add_fit_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         default="fitted",
         help="'fitted': fit to the figures the fit file marks fitted, the others held out (default); "
         "'all': fit to every figure",
+    )
+    f.add_argument(
+        "--reading",
+        metavar="NAME",
+        help="how to read the figures whose baseline no source states: one of the fit file's readings "
+        "(labkit's: after-sprint, the integrators against the HTTP API after the sprint; or "
+        "before-sprint, against the API before it)",
     )
     f.add_argument(
         "--cpu",

@@ -2,7 +2,8 @@
 
 Loopback has no latency worth the name, so the profile's round-trip time is
 added where a real network would cost it: half when a request arrives, half
-before the first byte of the answer leaves, and the TCP and TLS handshakes
+before the first event of the response stream leaves (so every event, the first
+token included, arrives that much later), and the TCP and TLS handshakes
 when a request arrives on a connection the server has not seen before. Whether
 a connection is new is read off the real socket (the client's address and
 port), so a client that opens a fresh connection per request pays for it and

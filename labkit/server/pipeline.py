@@ -6,7 +6,9 @@ The network and the door (here):
     upgrade       WebSocket mode: the upgrade request and its answer
     uplink        the request crossing the network
     auth          the key check, and the auth service hop
-    downlink      the answer's first byte crossing the network
+    downlink      the network back to the client: one one-way delay, held before a response's
+                  first event (response.created, so before inference), that every later event
+                  and the first token carry too
 
 Before inference (``labkit.server.pre_inference``): validation, hydration, input_safety,
 render, routing, intermediary. Inference (``labkit.server.sampling``): queue, prefill,
@@ -110,7 +112,10 @@ class Pipeline(PreInference, Sampling, PostInference):
         return owner
 
     async def downlink(self, turn: Turn) -> None:
-        """The answer's first byte of a segment crossing the network: paid once per segment."""
+        """The network back to the client, paid once per segment before its first event: every
+        event after it reaches the client one one-way delay later, as over a real network. For a
+        response that first event is ``response.created``, sent before queue and prefill; for an
+        appended rollout's resumed segment, its first delta, after prefill."""
         if turn.depart():
             with turn.trace.stage(Stage.DOWNLINK):
                 await timing.sleep(self.profile.network.one_way_s())

@@ -56,7 +56,7 @@ class Turn:
     cached_tokens: int = 0
     produced: int = 0
     billed: bool = False
-    departed: bool = False  # the answer's first byte has left in the current segment
+    departed: bool = False  # the current segment's first event has left (its downlink is paid)
 
     @property
     def plan(self) -> Plan:

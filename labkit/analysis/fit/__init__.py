@@ -2,15 +2,16 @@
 
 The what-if lab goes from costs to outcomes. This goes back: given what the articles report
 (the sprint's TTFT nearly 45% lower, agent loops 40% faster end to end, the integrators'
-30-40% for WebSocket mode over the HTTP API), which network round trip, service hops,
-classifier costs and billing hop make labkit's cost model give those outcomes on the default
-rollout at 1,000 tokens/s?
+30-40% with WebSocket mode), which network round trip, service hops, classifier costs and
+billing hop make labkit's cost model give those outcomes on the default rollout at 1,000
+tokens/s? No source says what the integrators measured against: labkit reads it as the HTTP
+API after the sprint, and the fit file gives the other reading (the API before it) beside it.
 
 The figures are not one workload's: the fit uses OpenAI's two (one effort on one traffic)
 and holds the integrators' three out, reporting what it predicts for them. The modules, in
 the order a fit runs:
 
-- ``inputs``: the fit file read and checked (figures, priors, bounds, fixed inputs);
+- ``inputs``: the fit file read and checked (figures, readings, priors, bounds, fixed inputs);
 - ``outcomes``: a setting of the unknowns priced by the cost model into the outcomes;
 - ``solver``: bounded least squares;
 - ``result``: the fit, its residuals and what the figures cannot pin down;

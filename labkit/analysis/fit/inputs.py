@@ -1,13 +1,22 @@
 """What a fit uses, read from one file (``data/fits/articles.toml``) and checked.
 
-The figures (each marked fitted or held out, with the reason), the unknown delays with their
-priors and bounds, and the fixed inputs: the rollout, this machine's CPU costs and tools' time,
-and what a real run of each design spends beyond the cost model. A file that cannot be used is
-a ``FitInputError``: one line saying what is wrong.
+The figures (each with what its sources say it was measured against, marked fitted or held out,
+with the reason), the unknown delays with their priors and bounds, and the fixed inputs: the
+rollout, this machine's CPU costs and tools' time, and what a real run of each design spends
+beyond the cost model. A file that cannot be used is a ``FitInputError``: one line saying what
+is wrong.
+
+Where no source states a figure's baseline, the file gives one per **reading** (``[reading.*]``:
+what it means and why one would read the figure so) and a fit uses one of them: labkit's own,
+``[setting] reading``, unless asked for another.
 
     >>> inputs = read_inputs()
     >>> inputs.scenario, len(inputs.parameters), [f.who for f in inputs.chosen("fitted")]
     ('fix-failing-test', 9, ['OpenAI', 'OpenAI'])
+    >>> inputs.reading, [f.baseline for f in inputs.figures]
+    ('after-sprint', ['naive', 'naive', 'sprint', 'sprint', 'sprint'])
+    >>> [f.baseline for f in read_inputs(reading="before-sprint").figures]
+    ['naive', 'naive', 'naive', 'naive', 'naive']
 """
 
 from __future__ import annotations
@@ -43,19 +52,31 @@ class FitInputError(ValueError):
 
 
 @dataclass(frozen=True)
+class Reading:
+    """One way of reading the figures whose baseline no source states: what it takes them to
+    compare, and why one would read them so."""
+
+    name: str
+    means: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Figure:
     """One published number, the comparison it was measured on, and whether the fit uses it."""
 
     name: str
     who: str
     quote: str
+    stated: str  # what the sources say it was measured against ("no baseline" where none does)
     outcome: str  # one of OUTCOMES
     design: str
-    baseline: str
+    baseline: str  # the stated one, or the reading's (``read_as``)
     value: float
     tolerance: float
     fitted: bool  # False: held out, its residual reported but not fitted to
     reason: str  # why it is fitted or held out
+    read_as: str | None = None  # the reading its baseline comes from; None where a source states it
 
     @property
     def compared(self) -> str:
@@ -112,6 +133,8 @@ class FitInputs:
     figures: tuple[Figure, ...]
     parameters: tuple[Parameter, ...]
     source: Path
+    reading: str  # the reading in force for figures whose baseline no source states
+    readings: Mapping[str, Reading]
 
     def chosen(self, figures: str = "fitted") -> tuple[Figure, ...]:
         """The figures a fit uses: those marked fitted, or ``"all"``."""
@@ -143,16 +166,33 @@ def _require(table: Mapping[str, Any], key: str, where: str, kind: type | tuple[
     return value
 
 
-def _figure(table: Mapping[str, Any], where: str) -> Figure:
-    text = {name: _require(table, name, where, str) for name in ("name", "who", "quote", "outcome")}
+def _by_reading(
+    table: Mapping[str, Any], key: str, where: str, readings: Mapping[str, Reading], reading: str
+) -> tuple[str, str | None]:
+    """A figure's value that may depend on the reading: one string, or a table with one per reading.
+    Returns the value for ``reading``, and the reading's name if it was a choice (else None)."""
+    value = _require(table, key, where, (str, dict))
+    if isinstance(value, str):
+        return value, None
+    if set(value) != set(readings) or not all(isinstance(v, str) for v in value.values()):
+        raise FitInputError(
+            f"{where}: '{key}' needs one text per reading ({', '.join(readings)}), not {sorted(value)}"
+        )
+    return value[reading], reading
+
+
+def _figure(table: Mapping[str, Any], where: str, readings: Mapping[str, Reading], reading: str) -> Figure:
+    text = {name: _require(table, name, where, str) for name in ("name", "who", "quote", "stated", "outcome")}
+    baseline, read_as = _by_reading(table, "baseline", where, readings, reading)
     figure = Figure(
         **text,
         design=_require(table, "design", where, str),
-        baseline=_require(table, "baseline", where, str),
+        baseline=baseline,
         value=float(_require(table, "value", where, NUMBER)),
         tolerance=float(_require(table, "tolerance", where, NUMBER)),
         fitted=_require(table, "fitted", where, bool),
-        reason=_require(table, "reason", where, str),
+        reason=_by_reading(table, "reason", where, readings, reading)[0],
+        read_as=read_as,
     )
     if figure.outcome not in OUTCOMES:
         raise FitInputError(f"{where}: outcome '{figure.outcome}' is not one of {', '.join(OUTCOMES)}")
@@ -192,8 +232,25 @@ def _unmodeled(table: Mapping[str, Any], designs: list[str]) -> dict[str, Unmode
     }
 
 
-def read_inputs(path: Path = FIT_FILE, *, cpu: CpuCosts | None = None) -> FitInputs:
-    """A fit file read and checked; ``cpu`` replaces its machine's costs.
+def _readings(raw: Mapping[str, Any], name: str) -> dict[str, Reading]:
+    tables = raw.get("reading", {})
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise FitInputError(f"{name}: each reading is a [reading.NAME] table (means, why)")
+    return {
+        key: Reading(
+            key,
+            _require(t, "means", f"[reading.{key}]", str),
+            _require(t, "why", f"[reading.{key}]", str),
+        )
+        for key, t in tables.items()
+    }
+
+
+def read_inputs(
+    path: Path = FIT_FILE, *, cpu: CpuCosts | None = None, reading: str | None = None
+) -> FitInputs:
+    """A fit file read and checked; ``cpu`` replaces its machine's costs; ``reading`` (one of the
+    file's ``[reading.*]``) replaces its ``[setting] reading``.
 
     >>> read_inputs().figures[0].key
     'ttft_cut:sprint/naive'
@@ -214,7 +271,15 @@ def read_inputs(path: Path = FIT_FILE, *, cpu: CpuCosts | None = None) -> FitInp
             for key, (field, unit) in CPU_FIELDS.items()
         }
     )
-    figures = tuple(_figure(t, f"figure {i}") for i, t in enumerate(_require(raw, "figure", name, list), 1))
+    readings = _readings(raw, name)
+    reading = reading or (_require(setting, "reading", "[setting]", str) if readings else "")
+    if (reading or readings) and reading not in readings:
+        known = ", ".join(readings) or "none: it has no [reading.*] tables"
+        raise FitInputError(f"reading '{reading}' is not one of {name}'s readings ({known})")
+    figures = tuple(
+        _figure(t, f"figure {i}", readings, reading)
+        for i, t in enumerate(_require(raw, "figure", name, list), 1)
+    )
     profile_fields = {f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)}
     parameters = tuple(
         _parameter(t, f"parameter {i}", profile_fields)
@@ -233,4 +298,6 @@ def read_inputs(path: Path = FIT_FILE, *, cpu: CpuCosts | None = None) -> FitInp
         figures=figures,
         parameters=parameters,
         source=Path(path),
+        reading=reading,
+        readings=readings,
     )

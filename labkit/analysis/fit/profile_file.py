@@ -46,6 +46,7 @@ def profile_text(fit: ArticleFit) -> str:
         "# simulation: what a design saves is never written here.",
         "#",
         *textwrap.wrap(f"Fitted to: {chosen}.", 92, initial_indent="# ", subsequent_indent="# "),
+        *_reading_lines(fit),
         "# What the fit expects a run to measure (the cost model, plus what a run spends beyond",
         "# it), against every figure, fitted or held out:",
     ]
@@ -67,6 +68,19 @@ def profile_text(fit: ArticleFit) -> str:
             lines.append(f"{f.name} = {_number(field_value(fit.profile, name))}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _reading_lines(fit: ArticleFit) -> list[str]:
+    """The reading of the figures whose baseline no source states, if any figure has one."""
+    inputs = fit.inputs
+    read = [f.name for f in inputs.figures if f.read_as]
+    if not read:
+        return []
+    text = (
+        f"No source states the baseline of {', '.join(read)}: read as '{inputs.reading}', "
+        f"{inputs.readings[inputs.reading].means}."
+    )
+    return textwrap.wrap(text, 92, initial_indent="# ", subsequent_indent="# ")
 
 
 def _described(path: Path) -> dict[str, list[str]]:

@@ -30,6 +30,15 @@ def format_fit(fit: ArticleFit) -> str:
             f"{name:<26}{row['compared']:<34}{row['role']:<10}{row['article']:>8.0%}{row['fitted']:>8.1%}"
             f"{row['residual (points)']:>+7.1f} pt"
         )
+    read = [f for f in inputs.figures if f.read_as]
+    if read:
+        reading = inputs.readings[inputs.reading]
+        text = (
+            f"{', '.join(f.name for f in read)}: no source states the baseline; read as "
+            f"'{inputs.reading}' ({reading.means}; other readings: "
+            f"{', '.join(r for r in inputs.readings if r != inputs.reading) or 'none'}, with --reading)"
+        )
+        out += ["", *textwrap.wrap(text, 100)]
     held_out = [f for f in inputs.figures if f not in chosen]
     if held_out:
         out += ["", "held out (their residuals are what this fit predicts for them):"]

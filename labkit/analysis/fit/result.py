@@ -91,6 +91,32 @@ class ArticleFit:
         return pd.DataFrame(rows).set_index("parameter")
 
     @property
+    def unknowns(self) -> pd.DataFrame:
+        """``parameters`` in plain words, one row per unknown: its unit, labkit's guess and its
+        leeway (how far the fit may move it at ease: the prior's spread), the fitted value, then
+        for each outcome the percentage points it moves when the unknown rises by its leeway, the
+        share of the leeway the fitted figures leave, and whether they set it (cut its leeway by at
+        least ``pinned_if_narrowed_by``). ``labkit.analysis.tables.styled`` shows it by its units."""
+        table = self.parameters
+        compared = {
+            key: next(f.compared for f in self.inputs.figures if f.key == key) for key in self.inputs.keys
+        }
+        out = pd.DataFrame(
+            {
+                "unit": [f"share of {p.share_of}" if p.share_of else "ms" for p in self.inputs.parameters],
+                "guess": table["prior"],
+                "leeway (±)": table["sd"],
+                "fitted": table["fitted"],
+                **{f"{compared[key]} (points)": table[f"d {key} (points/sd)"] for key in self.inputs.keys},
+                "leeway left (%)": 1 - table["narrowed"],
+                "set by the figures": table["pinned"].map({True: "yes", False: "no"}),
+            },
+            index=table.index,
+        )
+        out.index.name = "unknown"
+        return out
+
+    @property
     def pinned_total(self) -> float:
         """How many unknowns' worth the figures pin down: the sum over parameters of the share of
         each prior's variance they remove. Never more than the number of comparisons the fitted

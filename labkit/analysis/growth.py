@@ -33,7 +33,11 @@ HISTORY_STAGES = ("validation", "input_safety", "render")
 
 @dataclass(frozen=True)
 class Growth:
-    """A least-squares line through (history tokens, ms) points, one per turn."""
+    """A least-squares line through (history tokens, ms) points, one per turn.
+
+        g = growth(rollout.frame(), stages=HISTORY_STAGES)
+        print(g.sentence("the stages that read the history"), g.shape())
+    """
 
     per_1k_ms: float  # ms each 1k tokens of history adds
     noise_ms: float  # the slope's standard error, in the same unit
@@ -109,6 +113,9 @@ def growth(frame: pd.DataFrame, stages: Sequence[str] | None = None, skip_first:
     """How a rollout's per-turn time grows with its history: the whole API time, or ``stages``'.
 
     Turn 0 is left out by default: it opens the connection and prefills the system prompt.
+
+        growth(frame).shape()                            # 'grows', 'stays flat', 'falls' or Undecided
+        growth(frame, stages=HISTORY_STAGES).per_1k_ms   # ms each 1k tokens of history adds
     """
     ms = turns(frame)["api"] * 1000 if stages is None else stage_ms(frame, stages)
     both = pd.concat([history_tokens(frame), ms], axis=1, keys=["history", "ms"]).dropna()

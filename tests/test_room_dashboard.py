@@ -156,8 +156,8 @@ def test_the_server_refuses_a_name_that_cannot_be_one(room: Room, name: str, pro
 def test_the_comparison_names_every_design_it_saw(room: Room) -> None:
     said = comparison(room.traces)
     assert "x as long for its first token" in said
-    for design in ("naive", "sprint", "websocket", "appended"):
-        assert f"{design} " in said.splitlines()[1]  # each design's rollouts, end to end
+    ends = said.splitlines()[2:6]  # each design's rollouts, end to end, in the story's order
+    assert [line.split()[0] for line in ends] == ["naive", "sprint", "websocket", "appended"]
 
 
 def test_designs_across_the_room(room: Room) -> None:
@@ -241,14 +241,16 @@ def test_a_comparison_needs_two_designs_and_says_what_it_waits_for() -> None:
 
 def test_a_comparison_ranks_only_what_the_rollouts_can_tell_apart() -> None:
     apart = [_trace("r1", "naive", "s1", 0.0, 0.100, 2.0), _trace("r2", "websocket", "s2", 0.0, 0.050, 1.0)]
-    first, ends = comparison(apart).splitlines()
+    first, *ends = comparison(apart).splitlines()
     assert first == (
         "Median TTFT: websocket 50 ms over 1 turn, naive 100 ms over 1 turn; "
         "naive waits 2.0x as long for its first token."
     )
-    assert ends.startswith(
-        "End to end per rollout, median (quickest to slowest): naive 2.00 s (2.00 to 2.00, 1 rollout)"
-    )
+    assert ends == [
+        "End to end per rollout, median (quickest to slowest):",
+        "  naive      2.00 s (2.00 to 2.00, 1 rollout)",
+        "  websocket  1.00 s (1.00 to 1.00, 1 rollout)",
+    ]
 
     naive = [_trace("r1", "naive", "s1", 0.0, 0.1, 1.2), _trace("r2", "naive", "s2", 0.0, 0.1, 2.2)]
     sprint = [_trace("r3", "sprint", "s3", 0.0, 0.07, 1.5)]
@@ -256,4 +258,4 @@ def test_a_comparison_ranks_only_what_the_rollouts_can_tell_apart() -> None:
     assert (
         said.splitlines()[-1] == "Overlapping end to end, so not ranked by these rollouts: sprint and naive."
     )
-    assert "naive 1.70 s (1.20 to 2.20, 2 rollouts)" in said
+    assert "  naive   1.70 s (1.20 to 2.20, 2 rollouts)" in said.splitlines()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -255,20 +256,13 @@ def comparison(traces: Sequence[Trace]) -> str:
         ]
     ends = rollouts(traces).groupby("design")["e2e_s"].agg(["median", "min", "max", "size"])
     ends = ends.loc[[d for d in designs.index if d in ends.index]]
-    lines.append(
-        "End to end per rollout, median (quickest to slowest): "
-        + ", ".join(
-            f"{d} {e['median']:.2f} s ({e['min']:.2f} to {e['max']:.2f}, {_count(e['size'], 'rollout')})"
-            for d, e in ends.iterrows()
-        )
-        + "."
-    )
-    ranked = ends.sort_values("median")
-    overlaps = [
-        f"{a} and {b}"
-        for (a, lo), (b, hi) in zip(ranked.iterrows(), list(ranked.iterrows())[1:], strict=False)
-        if hi["min"] <= lo["max"]
-    ]
+    lines.append("End to end per rollout, median (quickest to slowest):")
+    width = max(len(d) for d in ends.index)
+    for design, e in ends.iterrows():
+        spread = f"{e['min']:.2f} to {e['max']:.2f}, {_count(e['size'], 'rollout')}"
+        lines.append(f"  {design:<{width}}  {e['median']:.2f} s ({spread})")
+    ranked = ends.sort_values("median").iterrows()  # neighbours by median: do their ranges meet?
+    overlaps = [f"{a} and {b}" for (a, lo), (b, hi) in itertools.pairwise(ranked) if hi["min"] <= lo["max"]]
     if overlaps:
         lines.append(f"Overlapping end to end, so not ranked by these rollouts: {'; '.join(overlaps)}.")
     return "\n".join(lines)

@@ -83,7 +83,7 @@ from labkit.api.stages import Stage, bucket_of
 from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, fetch_spans
 from labkit.client.launcher import LabkitServer
 from labkit.client.records import TurnRecord
-from labkit.client.room import RoomServer, joined
+from labkit.client.room import RoomServer, joined, learner_name, unread_variables
 from labkit.client.trace_watch import TraceWatcher
 from labkit.designs import DESIGNS, Design, compose, plan_rows
 from labkit.engine.catalogue import load_catalogue
@@ -175,13 +175,23 @@ def server(*, args: list[str] | None = None, **options: Any) -> LabkitServer | R
     and ``options``. Either way ``base_url``, ``api_key`` and ``close()`` work; ``shared`` says
     which it is (a room's server cannot be restarted or reconfigured from a notebook).
 
+    labkit reads ``LABKIT_URL``, ``LABKIT_API_KEY`` and ``LABKIT_NAME`` (a name for the
+    instructor's view), never the official SDK's ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``: with
+    ``OPENAI_BASE_URL`` set and no ``LABKIT_URL`` it says so in one line, then starts its own. A
+    room that cannot be joined is a ``RoomError`` of one sentence, never a server of its own.
+
         server = lab.server()
         client = OpenAI(base_url=server.base_url, api_key=server.api_key)
     """
+    name = learner_name()  # a bad $LABKIT_NAME is one sentence now, not a failed request later
     room = joined()
     if room is None:
+        notice = unread_variables()
+        if notice:
+            print(notice)
         return LabkitServer(args=args, **options).start()
-    print(f"labkit: using the room's server at {room.url} (key {room.api_key[:7]}…)")
+    named = f" as {name}" if name else ""
+    print(f"labkit: using the room's server at {room.url}{named} (key {room.api_key[:7]}…)")
     if args or options:
         wanted = " ".join([*(args or []), *(f"{k}={v}" for k, v in options.items())])
         print(f"labkit: the room's server keeps the instructor's settings; not applied here: {wanted}")

@@ -2,12 +2,14 @@
 
 Two learners run rollouts of every design (and one SDK chain without a ``prompt_cache_key``)
 while an instructor's key watches the stream; the clients' own records are the oracle for
-which responses make up each rollout and how many turns each had.
+which responses make up each rollout and how many turns each had. Ada names herself in code
+(``learner_name=``), Bo through ``$LABKIT_NAME``; Bo's SDK chain sends no name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -15,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from labkit.analysis.room import (
     YOU,
     by_design,
+    comparison,
+    label_of,
     learners,
     rollout_of,
     rollouts,
@@ -29,6 +33,7 @@ from labkit.analysis.room import (
 )
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
+from labkit.client.room import NAME_ENV
 from labkit.client.trace_watch import TraceWatcher
 from labkit.scenarios import synthetic
 
@@ -37,6 +42,7 @@ TEACHER = "sk-room-teacher"
 ADA, BO = "sk-room-ada", "sk-room-bo"
 SCENARIO = synthetic(turns=3, output_tokens=20, tool_tokens=100, instruction_tokens=200)
 PLAN = {ADA: ["naive", "websocket"], BO: ["appended", "sprint"]}
+NAMES = {ADA: "Ada", BO: "Bo Zoë"}
 CHAIN = 2  # BO's SDK responses, linked by previous_response_id only
 TOTAL = 3 + 3 + 1 + 3 + CHAIN  # an appended rollout is one response
 
@@ -65,10 +71,14 @@ def room() -> Iterator[Room]:
         teacher = watch_room(server.base_url, TEACHER, changes.append)
         mine = TraceWatcher(server.base_url, ADA).start()
         try:
-            runs = {
-                key: [Rollout.run(server.base_url, design, SCENARIO, api_key=key) for design in designs]
-                for key, designs in PLAN.items()
-            }
+            ada = [
+                Rollout.run(server.base_url, design, SCENARIO, api_key=ADA, learner_name=NAMES[ADA])
+                for design in PLAN[ADA]
+            ]
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv(NAME_ENV, NAMES[BO])
+                bo = [Rollout.run(server.base_url, design, SCENARIO, api_key=BO) for design in PLAN[BO]]
+            runs = {ADA: ada, BO: bo}
             with OpenAI(base_url=server.base_url, api_key=BO, max_retries=0) as client:
                 first = client.responses.create(model=MODEL, input="Say hello.")
                 second = client.responses.create(model=MODEL, input="Again.", previous_response_id=first.id)
@@ -111,6 +121,43 @@ def test_learners_say_who_ran_what(room: Room) -> None:
     assert ada["models"] == bo["models"] == MODEL and ada["failed"] == bo["failed"] == 0
     assert all(re.fullmatch(r"\d\d:\d\d:\d\d", seen) for seen in table["last_seen"])
     assert (table["idle_s"] >= 0).all() and table.index[0] == bo.name  # the most recent first
+
+
+def test_a_learner_is_a_label_and_the_name_they_gave_never_the_key(room: Room) -> None:
+    assert not any(key in json.dumps(room.traces) for key in (ADA, BO, TEACHER))
+    table = learners(room.traces)
+    assert table.loc[label_of(ADA), "name"] == NAMES[ADA]  # the instructor's own mapping agrees
+    assert table.loc[label_of(BO), "name"] == NAMES[BO]  # through $LABKIT_NAME, every transport
+    where = rollout_of(room.traces)
+    for trace in room.traces:
+        sdk = where[trace["response_id"]] == room.chain[0]  # Bo's own SDK calls sent no name
+        assert trace["name"] == (None if sdk else NAMES[{label_of(k): k for k in NAMES}[trace["owner"]]])
+    runs = rollouts(room.traces)
+    assert set(runs["name"]) == {NAMES[ADA], NAMES[BO], ""}
+    ticks = {x for bar in room_figure(room.traces).data if bar.xaxis == "x" for x in bar.x}
+    assert ticks == {f"Ada · {label_of(ADA)}", f"Bo Zoë · {label_of(BO)}"}
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"), [("x" * 65, "65 characters long"), ("Ada\t", "control"), (" ", "empty")]
+)
+def test_the_server_refuses_a_name_that_cannot_be_one(room: Room, name: str, problem: str) -> None:
+    with (
+        OpenAI(base_url=room.url, api_key=ADA, max_retries=0) as client,
+        pytest.raises(BadRequestError) as bad,
+    ):
+        client.responses.create(model=MODEL, input="Hi.", metadata={"labkit_name": name})
+    error = bad.value.body
+    assert (
+        isinstance(error, dict) and error["param"] == "metadata.labkit_name" and problem in error["message"]
+    )
+
+
+def test_the_comparison_names_every_design_it_saw(room: Room) -> None:
+    said = comparison(room.traces)
+    assert "x as long for its first token" in said
+    ends = said.splitlines()[2:6]  # each design's rollouts, end to end, in the story's order
+    assert [line.split()[0] for line in ends] == ["naive", "sprint", "websocket", "appended"]
 
 
 def test_designs_across_the_room(room: Room) -> None:
@@ -173,3 +220,42 @@ def test_in_an_event_loop_a_burst_is_one_redraw(room: Room) -> None:
 
     changes, received = asyncio.run(burst())
     assert received == 3 and [len(change) for change in changes] == [3]
+
+
+def _trace(rid: str, design: str, session: str, start: float, ttft: float, end: float) -> dict[str, Any]:
+    """A finished response's trace: its first token ``ttft`` after ``start``, its last span at ``end``."""
+    spans = [
+        {"stage": "uplink", "start": start, "end": start + 0.001, "tokens": 0, "segment": 0},
+        {"stage": "decode", "start": start + ttft / 2, "end": start + ttft, "tokens": 1, "segment": 0},
+        {"stage": "billing", "start": end - 0.001, "end": end, "tokens": 0, "segment": 0},
+    ]
+    return {"response_id": rid, "design": design, "session": session, "status": "completed", "spans": spans}
+
+
+def test_a_comparison_needs_two_designs_and_says_what_it_waits_for() -> None:
+    one = [_trace("r1", "sprint", "s1", 0.0, 0.055, 1.0), _trace("r2", "sprint", "s2", 2.0, 0.055, 3.0)]
+    said = comparison(one)
+    assert said.startswith("Only sprint so far (2 rollouts from 1 learner, median TTFT 55 ms)")
+    assert "a second design" in said and "as long" not in said and "\n" not in said
+
+
+def test_a_comparison_ranks_only_what_the_rollouts_can_tell_apart() -> None:
+    apart = [_trace("r1", "naive", "s1", 0.0, 0.100, 2.0), _trace("r2", "websocket", "s2", 0.0, 0.050, 1.0)]
+    first, *ends = comparison(apart).splitlines()
+    assert first == (
+        "Median TTFT: websocket 50 ms over 1 turn, naive 100 ms over 1 turn; "
+        "naive waits 2.0x as long for its first token."
+    )
+    assert ends == [
+        "End to end per rollout, median (quickest to slowest):",
+        "  naive      2.00 s (2.00 to 2.00, 1 rollout)",
+        "  websocket  1.00 s (1.00 to 1.00, 1 rollout)",
+    ]
+
+    naive = [_trace("r1", "naive", "s1", 0.0, 0.1, 1.2), _trace("r2", "naive", "s2", 0.0, 0.1, 2.2)]
+    sprint = [_trace("r3", "sprint", "s3", 0.0, 0.07, 1.5)]
+    said = comparison(naive + sprint)
+    assert (
+        said.splitlines()[-1] == "Overlapping end to end, so not ranked by these rollouts: sprint and naive."
+    )
+    assert "  naive   1.70 s (1.20 to 2.20, 2 rollouts)" in said.splitlines()

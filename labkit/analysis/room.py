@@ -6,10 +6,15 @@ table or one figure, so a dashboard (notebook 07) only watches and redraws:
 
 - ``turns``: a row per turn (a response, or one sampling segment of an appended rollout)
 - ``rollouts``: a row per rollout, with its end to end
-- ``learners``: a row per learner: responses, rollouts, designs, models, last seen
+- ``learners``: a row per learner: their name, responses, rollouts, designs, models, last seen
 - ``by_design``: TTFT and end to end per design, across the room
+- ``comparison``: the designs compared in words, once there are two to compare
 - ``room_figure``: turns per learner, and each design's median TTFT and end to end
 - ``watch_room``: the stream, handed to a redraw at most once a second
+- ``label_of``: the label a key's traffic carries, for an instructor who holds the keys
+
+A learner is the label of their key (``learner-3f9a1c``: a digest, never the key), with the
+name they gave (``$LABKIT_NAME``, sent by labkit's clients as ``metadata.labkit_name``) beside it.
 
 Times are the server's, from its spans (one monotonic clock for every worker on a machine):
 
@@ -24,13 +29,15 @@ Times are the server's, from its spans (one monotonic clock for every worker on 
     >>> trace = {"response_id": "resp_1", "design": "naive", "model": "m", "status": "completed",
     ...          "spans": [{"stage": "uplink", "start": 0.9, "end": 0.95, "tokens": 0, "segment": 0}, span]}
     >>> row = turns([trace]).iloc[0]
-    >>> row["learner"], round(float(row["ttft_s"]), 3), round(float(row["wall_s"]), 3)
-    ('you', 0.11, 0.6)
+    >>> row["learner"], row["name"], round(float(row["ttft_s"]), 3), round(float(row["wall_s"]), 3)
+    ('you', None, 0.11, 0.6)
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
+import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -40,6 +47,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labkit.analysis.style import DESIGN_COLORS, TEMPLATE, design_color
+from labkit.api.owners import key_label
 from labkit.api.stages import Stage
 from labkit.client.trace_watch import TraceWatcher
 
@@ -47,9 +55,30 @@ Trace = Mapping[str, Any]
 YOU = "you"  # the learner of traces without an owner label: the watching key's own
 REDRAW_EVERY_S = 1.0  # a room finishes many responses a second; the kernel redraws once a second
 
-TURN_COLUMNS = ["learner", "response_id", "design", "model", "status", "turn", "start", "end", "ttft_s"]
-ROLLOUT_COLUMNS = ["learner", "rollout", "design", "model", "responses", "turns", "start", "e2e_s"]
-LEARNER_COLUMNS = ["responses", "rollouts", "turns", "designs", "models", "failed", "last_seen", "idle_s"]
+TURN_COLUMNS = [
+    "learner",
+    "name",
+    "response_id",
+    "design",
+    "model",
+    "status",
+    "turn",
+    "start",
+    "end",
+    "ttft_s",
+]
+ROLLOUT_COLUMNS = ["learner", "name", "rollout", "design", "model", "responses", "turns", "start", "e2e_s"]
+LEARNER_COLUMNS = [
+    "name",
+    "responses",
+    "rollouts",
+    "turns",
+    "designs",
+    "models",
+    "failed",
+    "last_seen",
+    "idle_s",
+]
 DESIGN_COLUMNS = ["learners", "rollouts", "turns", "ttft_p50_ms", "ttft_p90_ms", "e2e_p50_s", "e2e_p90_s"]
 
 
@@ -58,10 +87,19 @@ def learner_of(trace: Trace) -> str:
     return str(trace.get("owner") or YOU)
 
 
+def label_of(key: str) -> str:
+    """The label an instructor sees for a key's traffic: for the one who handed out the keys.
+
+    >>> label_of("sk-room-ada") == label_of("sk-room-ada") != label_of("sk-room-bo")
+    True
+    """
+    return key_label(key)
+
+
 def turns(traces: Sequence[Trace]) -> pd.DataFrame:
-    """A row per turn: ``learner``, ``response_id``, ``design``, ``model``, ``status``, ``turn``
-    (the sampling segment), ``start`` and ``end`` (server clock, s), ``ttft_s`` (NaN for a turn
-    that sampled nothing) and ``wall_s``."""
+    """A row per turn: ``learner``, ``name`` (the learner's own, or None), ``response_id``,
+    ``design``, ``model``, ``status``, ``turn`` (the sampling segment), ``start`` and ``end``
+    (server clock, s), ``ttft_s`` (NaN for a turn that sampled nothing) and ``wall_s``."""
     rows = []
     for trace in traces:
         segments: dict[int, list[Mapping[str, Any]]] = {}
@@ -76,6 +114,7 @@ def turns(traces: Sequence[Trace]) -> pd.DataFrame:
             rows.append(
                 {
                     "learner": learner_of(trace),
+                    "name": trace.get("name"),
                     "response_id": trace["response_id"],
                     "design": trace["design"],
                     "model": trace.get("model"),
@@ -112,13 +151,14 @@ def rollout_of(traces: Sequence[Trace]) -> dict[str, str]:
 
 
 def rollouts(traces: Sequence[Trace]) -> pd.DataFrame:
-    """A row per rollout, in the order they began: ``learner``, ``rollout``, ``design``, ``model``,
+    """A row per rollout, in the order they began: ``learner``, ``name``, ``rollout``, ``design``, ``model``,
     ``responses``, ``turns``, ``start`` (server clock, s) and ``e2e_s`` (so far, for one running)."""
     table = turns(traces)
     if table.empty:
         return pd.DataFrame(columns=ROLLOUT_COLUMNS)
     table["rollout"] = table["response_id"].map(rollout_of(traces))
     grouped = table.groupby(["learner", "rollout"], sort=False).agg(
+        name=("name", "first"),  # the first name given (a rollout's requests all carry the same)
         design=("design", "first"),
         model=("model", "first"),
         responses=("response_id", "nunique"),
@@ -127,12 +167,14 @@ def rollouts(traces: Sequence[Trace]) -> pd.DataFrame:
         end=("end", "max"),
     )
     grouped["e2e_s"] = grouped["end"] - grouped["start"]
+    grouped["name"] = grouped["name"].fillna("")
     return grouped.reset_index().sort_values("start", kind="stable")[ROLLOUT_COLUMNS].reset_index(drop=True)
 
 
 def learners(traces: Sequence[Trace], now: float | None = None) -> pd.DataFrame:
-    """Who is active: a row per learner, the most recently seen first. ``last_seen`` is the time
-    of day their last response finished, ``idle_s`` the seconds since (``now``: the wall clock)."""
+    """Who is active: a row per learner, the most recently seen first. ``name``: the names their
+    responses carried (empty if none); ``last_seen``: the time of day their last response
+    finished, ``idle_s`` the seconds since (``now``: the wall clock)."""
     runs = rollouts(traces)
     if runs.empty:
         return pd.DataFrame(columns=LEARNER_COLUMNS).rename_axis("learner")
@@ -145,6 +187,7 @@ def learners(traces: Sequence[Trace], now: float | None = None) -> pd.DataFrame:
         }
     ).groupby("learner")
     table = runs.groupby("learner").agg(
+        name=("name", _names),
         responses=("responses", "sum"),
         rollouts=("rollout", "size"),
         turns=("turns", "sum"),
@@ -182,8 +225,61 @@ def by_design(traces: Sequence[Trace]) -> pd.DataFrame:
     return out.loc[order].rename_axis("design")
 
 
+def comparison(traces: Sequence[Trace]) -> str:
+    """The designs compared in words: the median TTFT of the quickest and the slowest design, and
+    each design's rollouts end to end, saying which designs' rollouts overlap (those the room
+    cannot rank). It needs two designs with a first token; until then it says what it waits for.
+
+    >>> comparison([])
+    'No turn has reached its first token yet: the comparison waits for the first responses.'
+    """
+    designs = by_design(traces).dropna(subset=["ttft_p50_ms"])
+    if designs.empty:
+        return "No turn has reached its first token yet: the comparison waits for the first responses."
+    ttft = designs["ttft_p50_ms"]
+    if len(designs) == 1:
+        design, row = ttft.index[0], designs.iloc[0]
+        return (
+            f"Only {design} so far ({_count(row['rollouts'], 'rollout')} from "
+            f"{_count(row['learners'], 'learner')}, median TTFT {ttft.iloc[0]:.0f} ms): a comparison "
+            "needs a second design, and waits for a learner to run one."
+        )
+    quick, slow = ttft.idxmin(), ttft.idxmax()
+    if ttft[quick] == ttft[slow]:
+        lines = [f"Median TTFT: every design {ttft[quick]:.0f} ms."]
+    else:
+        turns_of = designs["turns"]
+        lines = [
+            f"Median TTFT: {quick} {ttft[quick]:.0f} ms over {_count(turns_of[quick], 'turn')}, "
+            f"{slow} {ttft[slow]:.0f} ms over {_count(turns_of[slow], 'turn')}; "
+            f"{slow} waits {ttft[slow] / ttft[quick]:.1f}x as long for its first token."
+        ]
+    ends = rollouts(traces).groupby("design")["e2e_s"].agg(["median", "min", "max", "size"])
+    ends = ends.loc[[d for d in designs.index if d in ends.index]]
+    lines.append("End to end per rollout, median (quickest to slowest):")
+    width = max(len(d) for d in ends.index)
+    for design, e in ends.iterrows():
+        spread = f"{e['min']:.2f} to {e['max']:.2f}, {_count(e['size'], 'rollout')}"
+        lines.append(f"  {design:<{width}}  {e['median']:.2f} s ({spread})")
+    ranked = ends.sort_values("median").iterrows()  # neighbours by median: do their ranges meet?
+    overlaps = [f"{a} and {b}" for (a, lo), (b, hi) in itertools.pairwise(ranked) if hi["min"] <= lo["max"]]
+    if overlaps:
+        lines.append(f"Overlapping end to end, so not ranked by these rollouts: {'; '.join(overlaps)}.")
+    return "\n".join(lines)
+
+
+def _count(n: float, what: str) -> str:
+    return f"{int(n)} {what}" + ("" if int(n) == 1 else "s")
+
+
 def _names(values: pd.Series) -> str:
-    return ", ".join(sorted({str(v) for v in values if v is not None}))
+    """The distinct values, sorted and joined; none (None, NaN or empty) is left out."""
+    return ", ".join(sorted({str(v) for v in values if pd.notna(v) and v != ""}))
+
+
+def _who(label: str, name: str) -> str:
+    """A learner as the figure shows them: the name they gave, then the label."""
+    return f"{html.escape(name)} · {label}" if name else label
 
 
 def room_figure(traces: Sequence[Trace], title: str = "The room, live") -> go.Figure:
@@ -205,11 +301,12 @@ def room_figure(traces: Sequence[Trace], title: str = "The room, live") -> go.Fi
         bars = go.Bar(name=column, x=order, y=list(designs[column]), marker_color=colors, showlegend=False)
         fig.add_trace(bars, row=1, col=col)
     per_learner = runs.pivot_table(index="learner", columns="design", values="turns", aggfunc="sum")
+    names = runs.groupby("learner")["name"].agg(_names) if not runs.empty else pd.Series(dtype=str)
     for design in order:
         counts = per_learner[design].fillna(0) if design in per_learner else pd.Series(dtype=float)
         bars = go.Bar(
             name=design,
-            x=list(counts.index),
+            x=[_who(label, names.get(label, "")) for label in counts.index],
             y=list(counts),
             marker_color=design_color(design, order),
             showlegend=True,

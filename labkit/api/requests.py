@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from labkit.api.compaction import verify_compactions, vouched_calls
 from labkit.api.errors import invalid_request
 from labkit.api.items import ITEM_MODELS, OtherItem
+from labkit.api.owners import MAX_NAME_CHARS, NAME_KEY, name_problem
 from labkit.api.tool_schema import check_schema
 from labkit.api.validation import validate
 
@@ -222,6 +223,14 @@ def check_metadata(metadata: dict[str, str]) -> None:
                 param=f"metadata.{key}",
                 code="invalid_value",
             )
+    name = metadata.get(NAME_KEY)
+    if name is not None and (problem := name_problem(name)):
+        raise invalid_request(
+            f"Invalid 'metadata.{NAME_KEY}': {problem}; a learner's name is 1 to {MAX_NAME_CHARS} "
+            "printable characters.",
+            param=f"metadata.{NAME_KEY}",
+            code="invalid_value",
+        )
 
 
 def parse_compact(raw: Any) -> CompactRequest:

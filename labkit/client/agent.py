@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from labkit.api.extensions import SCENARIO_KEY, TRACES_PATH
+from labkit.api.owners import NAME_KEY
 from labkit.client.records import ToolRun, TurnRecord
 from labkit.client.room import client_key
+from labkit.client.room import learner_name as learner_name_of
 from labkit.client.sandbox import Sandbox
 from labkit.client.tools import TOOL_SPECS, run_tool
 from labkit.client.transports import TurnRequest, TurnResult, open_transport
@@ -82,6 +84,7 @@ def run_rollout(
     prompt_cache_key: bool = True,
     tool_seconds: float = 0.0,
     reconnects: Collection[int] = (),
+    learner_name: str | None = None,
 ) -> Iterator[TurnRecord]:
     """Run the scenario's rollout over the design's transport; yield each turn as it completes.
 
@@ -90,8 +93,13 @@ def run_rollout(
     ``tool_seconds`` makes every tool call take at least that long (a what-if's slower tools).
     ``reconnects``: the turns (0-based) before which a WebSocket client loses its connection and
     opens a new one, sending the whole history (the what-if lab's reconnect rate).
+    ``learner_name`` (else ``$LABKIT_NAME``) goes with every request, for an instructor's view.
     """
     session = uuid.uuid4().hex[:12]
+    metadata = {SCENARIO_KEY: scenario.name}
+    name = learner_name_of(learner_name)  # checked before any request: a bad name is one sentence
+    if name is not None:
+        metadata[NAME_KEY] = name
     instructions = f"Session {session}.\n\n{scenario.instructions}"
     with ExitStack() as stack:
         toolbox = Toolbox(scenario)
@@ -109,7 +117,7 @@ def run_rollout(
                     tools=toolbox.specs,
                     history=history,
                     new=new,
-                    metadata={SCENARIO_KEY: scenario.name},
+                    metadata=metadata,
                     prompt_cache_key=f"labkit-{session}" if prompt_cache_key else None,
                     reconnect=turn in reconnects,
                 )
@@ -224,8 +232,8 @@ class Rollout:
         ``watch``: also fetch each turn's server spans as soon as it completes, so ``frame()``
         can be drawn turn by turn. Whatever the caller does between two turns (fetching spans,
         drawing) is recorded as ``observed`` and left out of the metrics.
-        ``options``: ``model``, ``fresh_connection``, ``prompt_cache_key``, ``reconnects``
-        (see ``run_rollout``).
+        ``options``: ``model``, ``fresh_connection``, ``prompt_cache_key``, ``reconnects``,
+        ``learner_name`` (see ``run_rollout``).
         """
         if isinstance(scenario, str):
             scenario = load_scenario(scenario, data_dir or default_data_dir())

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from labkit.api.errors import APIError, authentication_error, rate_limited
+from labkit.api.owners import owner_of_key
 
 KEYS_ENV = "LABKIT_API_KEYS"
 ANONYMOUS = "anonymous"
@@ -68,7 +69,7 @@ class Keys:
                 raise authentication_error("Incorrect API key provided.")
         if not key:
             return ANONYMOUS
-        return "key_" + hashlib.sha256(key.encode()).hexdigest()[:32]
+        return owner_of_key(key)
 
 
 class KeyLimiter:

@@ -8,12 +8,14 @@ key's responses, each marked with a short label of its key, never the key.
     event: trace
     data: {"type": "trace", "response_id": "resp_…", "design": "websocket", "model": "labkit-spark",
            "status": "completed", "finished_at": 1767225600.25, "session": "session-3f9a1c",
-           "previous_response_id": null, "spans": [{"stage": "uplink", "start": …, …}, …]}
+           "name": "Ada", "previous_response_id": null, "spans": [{"stage": "uplink", "start": …, …}, …]}
 
 ``finished_at`` is the wall clock (Unix seconds) when the response finished, for "last seen";
 span times are on the server's monotonic clock. ``session`` is a short digest of the request's
 ``prompt_cache_key`` (null without one), so the responses of one rollout can be told apart from
-another's without showing the key a client chose. With ``labkit serve --workers N`` a subscriber
+another's without showing the key a client chose. ``name`` is the request's
+``metadata.labkit_name`` (null without one): what a learner called themselves, shown beside the
+label an instructor sees. With ``labkit serve --workers N`` a subscriber
 on any worker sees the responses of every worker (``labkit.server.shared_traces``).
 
 A subscriber that reads too slowly loses its oldest events, not the server's
@@ -38,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from labkit.api.errors import APIError
+from labkit.api.owners import NAME_KEY, owner_label
 from labkit.api.sse import frame
 
 INSTRUCTORS_ENV = "LABKIT_INSTRUCTOR_KEYS"
@@ -49,15 +52,6 @@ END_OF_STREAM = None  # queued last by ``Subscriber.close``: the stream ends onc
 def instructor_keys_from_env() -> list[str]:
     """``LABKIT_INSTRUCTOR_KEYS=key1,key2``: keys that may watch every key's traces."""
     return [k.strip() for k in os.environ.get(INSTRUCTORS_ENV, "").split(",") if k.strip()]
-
-
-def owner_label(owner: str) -> str:
-    """A short, stable name for a key's traffic that does not reveal the key.
-
-    >>> owner_label("key_0123") == owner_label("key_0123") != owner_label("key_4567")
-    True
-    """
-    return "learner-" + hashlib.sha256(owner.encode()).hexdigest()[:6]
 
 
 def session_label(prompt_cache_key: str | None) -> str | None:
@@ -186,6 +180,7 @@ def trace_event(response: dict[str, Any], design: str, spans: list[dict[str, Any
         "status": response.get("status"),
         "finished_at": time.time(),
         "session": session_label(response.get("prompt_cache_key")),
+        "name": (response.get("metadata") or {}).get(NAME_KEY),  # the learner's own, if they gave one
         "previous_response_id": response.get("previous_response_id"),
         "spans": spans,
     }

@@ -21,7 +21,8 @@ The names, grouped:
   (the agent's real tools, on a sandbox copy of the sample repository); ``fetch_spans``
   (the server's spans of any response, such as one an SDK client made)
 - designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``
-- metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work``, ``span_detail``;
+- metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work`` (tokens a stage
+  processed, per turn), ``stage_ms`` (milliseconds stages took, per turn), ``span_detail``;
   ``growth`` (how a turn's time grows with its history: a slope, its noise, a word when the run
   can tell; ``HISTORY_STAGES`` are the stages that read the whole history); ``saving`` (what
   a change saves per turn, two rollouts of one task set turn against turn, with its noise);
@@ -69,7 +70,7 @@ from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.frames import span_detail, stage_work
 from labkit.analysis.glossary import glossary
-from labkit.analysis.growth import HISTORY_STAGES, Growth, growth
+from labkit.analysis.growth import HISTORY_STAGES, Growth, growth, stage_ms
 from labkit.analysis.guesses import Undecided, decide, trend
 from labkit.analysis.guesses import check as check_guess
 from labkit.analysis.live import LivePlot, show, shown
@@ -145,6 +146,7 @@ __all__ = [
     "show",
     "shown",
     "span_detail",
+    "stage_ms",
     "stage_work",
     "styled",
     "summary",

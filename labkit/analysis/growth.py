@@ -104,9 +104,13 @@ def history_tokens(frame: pd.DataFrame) -> pd.Series:
 
 
 def stage_ms(frame: pd.DataFrame, stages: Sequence[str] = HISTORY_STAGES) -> pd.Series:
-    """Per turn, the milliseconds the server spent in ``stages``."""
+    """Per turn, the milliseconds the server spent in ``stages`` (0 where none of them ran).
+
+        stage_ms(frame, ["intermediary"]).median()   # the hop's typical time a turn
+    """
     rows = frame[(frame["source"] == "server") & frame["stage"].isin(list(stages))]
-    return rows.groupby("turn")["duration"].sum() * 1000
+    every = pd.Index(sorted(frame["turn"].unique()), name="turn")
+    return rows.groupby("turn")["duration"].sum().reindex(every, fill_value=0.0) * 1000
 
 
 def growth(frame: pd.DataFrame, stages: Sequence[str] | None = None, skip_first: bool = True) -> Growth:

@@ -1,26 +1,33 @@
 """What a change saves per turn, turn by turn, with the noise of one run.
 
 Two rollouts of the same scripted task make the same turns with the same histories, so each
-turn of one can be set against the same turn of the other. The mean of those per-turn
-differences is the saving; their spread says how sure one pair of runs is of it (the standard
-error of the mean). A saving is named only when it is at least three of those from zero.
+turn of one can be set against the same turn of the other. The median of those per-turn
+differences is the typical turn's saving: a turn that a busy machine held up once, in either
+rollout, moves a mean far more than a median. As a share it is taken of the mean turn before
+the change, so that times the number of turns it is a share of end to end. Their spread says
+how sure one pair of runs is of it (the median's standard error, from the median absolute
+deviation). A saving is named only when it is at least three of those from zero.
 
-    >>> s = Saving.of([100, 104, 98, 102], [88, 93, 86, 89])
-    >>> round(s.ms, 1), round(s.noise_ms, 1), round(s.share, 3), s.sure
-    (12.0, 0.4, 0.119, True)
+    >>> s = Saving.of([100, 104, 98, 102, 101], [88, 93, 86, 89, 160])
+    >>> round(s.ms, 1), s.sure
+    (12, True)
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from labkit.analysis.metrics import turns
+from labkit.api.stages import ClientStep
 
 SURE = 3.0  # standard errors a saving must clear before one run names it
+MAD_TO_SD = 1.4826  # a normal spread's standard deviation, from its median absolute deviation
+MEDIAN_SE = 1.2533  # a median's standard error, in standard errors of a mean of as many points
 
 
 @dataclass(frozen=True)
@@ -31,21 +38,26 @@ class Saving:
         print(s.shown(), "sure" if s.sure else "within the noise")
     """
 
-    ms: float  # the mean per-turn saving
+    ms: float  # the typical (median) per-turn saving
     noise_ms: float  # its standard error
-    before_ms: float  # the mean per-turn time before the change
+    before_ms: float  # the mean per-turn time before the change: a share of it is a share of the whole
     turns: int
 
     @classmethod
-    def of(cls, before_ms: Sequence[float], after_ms: Sequence[float]) -> Saving:
-        """From the per-turn times of the same turns, before and after; at least three turns."""
+    def of(
+        cls, before_ms: Sequence[float], after_ms: Sequence[float], base_ms: Sequence[float] | None = None
+    ) -> Saving:
+        """From the per-turn times of the same turns, before and after; at least three turns.
+        ``base_ms``, if given, is what a share is taken of (the whole turn, where the times
+        compared leave out a part common to both)."""
         if len(before_ms) != len(after_ms) or len(before_ms) < 3:
             raise ValueError("a per-turn saving needs the same three or more turns before and after")
-        saved = [b - a for b, a in zip(before_ms, after_ms, strict=True)]
+        saved = sorted(b - a for b, a in zip(before_ms, after_ms, strict=True))
         n = len(saved)
-        mean = sum(saved) / n
-        spread = math.sqrt(sum((v - mean) ** 2 for v in saved) / (n - 1))
-        return cls(mean, spread / math.sqrt(n), sum(before_ms) / n, n)
+        middle = statistics.median(saved)
+        spread = MAD_TO_SD * statistics.median(abs(v - middle) for v in saved)
+        base = list(base_ms) if base_ms is not None else list(before_ms)
+        return cls(middle, MEDIAN_SE * spread / math.sqrt(n), statistics.fmean(base), n)
 
     @property
     def share(self) -> float:
@@ -85,14 +97,27 @@ def saving(
     """Per turn, how much lower ``column`` of ``turns()`` (``ttft``, ``api``, ``wall``) is in
     ``after`` than in ``before``: two rollouts of the same task.
 
-    Turn 0 is left out by default: it opens the connection and prefills the system prompt.
+    For ``wall`` the turns are compared without their tool runs: both rollouts ran the same
+    tools, and how long a tool took on a busy machine is not the change's doing. The share is
+    still of the whole turn, tools included. Turn 0 is left out by default: it opens the
+    connection and prefills the system prompt.
 
         saving(naive_frame, sprint_frame).shown()                # the TTFT cut, e.g. '23% ± 2%'
         saving(naive_frame, socket_frame, column="wall").sure    # end to end, beyond the noise?
     """
-    both = pd.concat(
-        [turns(before)[column], turns(after)[column]], axis=1, keys=["before", "after"]
-    ).dropna()
+    parts = {"before": turns(before)[column], "after": turns(after)[column]}
+    if column == "wall":
+        parts |= {"base": parts["before"]}
+        parts["before"] = parts["before"] - _tool_seconds(before, parts["before"].index)
+        parts["after"] = parts["after"] - _tool_seconds(after, parts["after"].index)
+    both = pd.concat(list(parts.values()), axis=1, keys=list(parts)).dropna()
     if skip_first:
         both = both[both.index > both.index.min()]
-    return Saving.of(list(both["before"] * 1000), list(both["after"] * 1000))
+    base = list(both["base"] * 1000) if "base" in both else None
+    return Saving.of(list(both["before"] * 1000), list(both["after"] * 1000), base)
+
+
+def _tool_seconds(frame: pd.DataFrame, index: pd.Index) -> pd.Series:
+    """Per turn, the seconds the client's tools ran (0 for a turn that ran none)."""
+    tools = frame[frame["stage"] == str(ClientStep.TOOL)]
+    return tools.groupby("turn")["duration"].sum().reindex(index, fill_value=0.0)

@@ -1,6 +1,6 @@
 """How often each notebook's checked claims hold: every notebook run N times, headless, claims counted.
 
-    python benchmarks/lesson_claims.py [--runs 10] [--json results.json] [--cells] [NOTEBOOK ...]
+    python benchmarks/lesson_claims.py [--runs 10] [--busy] [--json results.json] [--cells] [NOTEBOOK ...]
 
 A notebook states its lessons in Markdown and checks each one that depends on a measurement
 with ``lab.claim`` (``labkit/analysis/claims.py``), which leaves the verdict in the cell's
@@ -8,7 +8,9 @@ output. This script runs each notebook top to bottom with nbclient, as a learner
 would (no environment variable set; the notebooks run in turn, ``--runs`` rounds), reads the
 verdicts back, and prints per claim how often it held, failed, or could not be decided, with the
 first sentence of a run where it did not hold. It also prints each notebook's time per run
-(median and range) and, with ``--cells``, the slowest cells. Run it with the Python of the
+(median and range) and, with ``--cells``, the slowest cells. ``--busy`` keeps one core of
+the machine busy with another program for the whole time (what a browser drawing JupyterLab
+and a learner's other programs take from a 2-core laptop). Run it with the Python of the
 README's main environment (it needs the notebooks extra). It exits 1 if any claim failed.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -93,6 +96,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=300, help="seconds a cell may take")
     parser.add_argument("--json", type=Path, help="write every run's verdicts and times here")
     parser.add_argument("--cells", action="store_true", help="print each notebook's five slowest cells")
+    parser.add_argument("--busy", action="store_true", help="keep one core busy meanwhile")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -105,6 +109,29 @@ def main() -> int:
     times: dict[str, list[float]] = defaultdict(list)
     cells: dict[str, list[list[tuple[float, int]]]] = defaultdict(list)
     record: list[dict] = []
+    errors = 0
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    try:
+        errors = _rounds(args, paths, tallies, times, cells, record)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+    failed = _report(tallies, times, cells if args.cells else None, args.runs)
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return 1 if failed or errors else 0
+
+
+def _rounds(
+    args: argparse.Namespace,
+    paths: list[Path],
+    tallies: dict[str, dict[str, Tally]],
+    times: dict[str, list[float]],
+    cells: dict[str, list[list[tuple[float, int]]]],
+    record: list[dict],
+) -> int:
+    """Every notebook, ``args.runs`` rounds; the verdicts into ``tallies``; how many runs erred."""
     errors = 0
     for run in range(1, args.runs + 1):
         for path in paths:
@@ -124,10 +151,7 @@ def main() -> int:
                 {"run": run, "notebook": path.name, "seconds": elapsed, "error": error,
                  "claims": [{"name": c.name, "holds": c.holds, "sentence": c.sentence} for c in claims]}
             )
-    failed = _report(tallies, times, cells if args.cells else None, args.runs)
-    if args.json:
-        args.json.write_text(json.dumps(record, indent=1), encoding="utf-8")
-    return 1 if failed or errors else 0
+    return errors
 
 
 def _report(

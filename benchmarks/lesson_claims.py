@@ -142,8 +142,11 @@ def _rounds(
             names = set(tallies[path.name]) | set(by_name)
             for name in names:
                 tallies[path.name][name].add(by_name.get(name))
-            verdicts = " ".join(f"{c.name}={'held' if c.holds else c.holds}" for c in claims)
-            print(f"[run {run}] {path.name}: {elapsed:.0f} s, {verdicts or 'no claims'}", flush=True)
+            held = sum(bool(c.holds) for c in claims)
+            print(f"[run {run}] {path.name}: {elapsed:.0f} s, {held}/{len(claims)} claims held", flush=True)
+            for c in claims:
+                if not c.holds:
+                    print(f"[run {run}]   {c.sentence}", flush=True)
             if error:
                 errors += 1
                 print(f"[run {run}] {path.name}: ERROR {error}", flush=True)

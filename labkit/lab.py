@@ -17,7 +17,8 @@ The names, grouped:
 
 - serving: ``server`` (the room's shared server when ``$LABKIT_URL`` names one, else one of
   the notebook's own), ``LabkitServer``, ``RoomServer``
-- rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``TurnRecord``; ``Toolbox``
+- rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``take_turns`` (several designs'
+  rollouts of one task, turn *t* of each before turn *t* + 1 of any), ``TurnRecord``; ``Toolbox``
   (the agent's real tools, on a sandbox copy of the sample repository); ``fetch_spans``
   (the server's spans of any response, such as one an SDK client made)
 - designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``
@@ -81,7 +82,7 @@ from labkit.analysis.replay import replay
 from labkit.analysis.shape import Shape
 from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
-from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, fetch_spans
+from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, fetch_spans, take_turns
 from labkit.client.launcher import LabkitServer
 from labkit.client.records import TurnRecord
 from labkit.client.room import RoomServer, joined, learner_name, unread_variables
@@ -150,6 +151,7 @@ __all__ = [
     "stage_work",
     "styled",
     "summary",
+    "take_turns",
     "trend",
     "turn_table",
     "watch_traces",
@@ -289,8 +291,9 @@ def repeat(
     runs: int = 3,
     **options: Any,
 ) -> dict[str, list[pd.DataFrame]]:
-    """Each design's rollout ``runs`` times, the designs taking turns within each run (so any drift
-    of the machine touches them all alike): the frames, by design, for ``compare``.
+    """Each design's rollout ``runs`` times, the designs taking turns turn by turn within each run
+    (``take_turns``: any drift of the machine touches them all alike): the frames, by design, for
+    ``compare``.
 
         frames = repeat(server.base_url, ["websocket", "appended"], runs=3)
         styled(compare(frames, baseline="websocket"))   # medians, and their spread
@@ -299,8 +302,9 @@ def repeat(
         raise ValueError("repeat needs at least one run")
     frames: dict[str, list[pd.DataFrame]] = {design: [] for design in designs}
     for _ in range(runs):
-        for design in designs:
-            frames[design].append(Rollout.run(base_url, design, scenario, **options).frame())
+        *_, finished = take_turns(base_url, designs, scenario, **options)  # played to the end
+        for design, rollout in finished.items():
+            frames[design].append(rollout.frame())
     return frames
 
 

@@ -55,3 +55,20 @@ def test_on_a_naive_rollout_the_history_stages_grow_and_a_socket_s_do_not(
     assert naive_work.iloc[-1] > 5 * socket_work.iloc[-1]
     reading = lab.growth(naive, stages=lab.HISTORY_STAGES)
     assert reading.history[1] > 10_000 and reading.per_1k_ms > 0
+
+
+def test_designs_that_take_turns_play_turn_by_turn_and_leave_the_wait_out(server: lab.LabkitServer) -> None:
+    """Every design plays turn t before any plays t + 1; the time a rollout waits while the others
+    play is left out of its end to end, so each still reads as if it had run alone."""
+    scenario = "synthetic:turns=4,output_tokens=20,tool_tokens=200,instruction_tokens=200"
+    rounds = []
+    for rollouts in lab.take_turns(server.base_url, ["naive", "websocket"], scenario):
+        rounds.append({d: len(r.records) for d, r in rollouts.items()})
+    assert rounds[:4] == [{"naive": n, "websocket": n} for n in range(1, 5)]
+    naive, socket = (r.frame() for r in rollouts.values())
+    records = rollouts["naive"].records
+    waited = sum(r.observed[1] - r.observed[0] for r in records[:-1] if r.observed)  # within it
+    wall = records[-1].done - records[0].sent
+    assert waited > 0.3 * wall  # the other design's turns ran inside naive's rollout...
+    assert lab.end_to_end(naive) < wall - 0.9 * waited  # ...and are not counted in its end to end
+    assert lab.saving(naive, socket, column="wall").ms > 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,3 +259,30 @@ class Rollout:
         from labkit.client.frame import rollout_frame  # pandas, only when a frame is asked for
 
         return rollout_frame(self.design, self.records, self.spans)
+
+
+def take_turns(
+    base_url: str,
+    designs: Sequence[str],
+    scenario: str | Scenario = DEFAULT_SCENARIO,
+    **options: Any,
+) -> Iterator[dict[str, Rollout]]:
+    """One rollout per design of the same task, taking turns: every design plays turn *t* before
+    any plays turn *t* + 1. Yields the rollouts (by design) after each round.
+
+    A busy machine gets busier or quieter as it likes; run one design after another and the later
+    one meets another machine. Taking turns, each turn of one design runs next to the same turn
+    of the others, so a change falls on all of them alike and a turn-by-turn comparison
+    (``labkit.analysis.paired``) sees the designs, not the moment. While one design plays, the
+    others wait between two turns, which ``Rollout.play`` leaves out of their metrics (``observed``).
+
+        for rollouts in take_turns(server.base_url, ["naive", "websocket"], watch=True):
+            plot.update({d: r.frame() for d, r in rollouts.items()})
+    """
+    rollouts = {design: Rollout(design) for design in designs}
+    playing = {design: rollout.play(base_url, scenario, **options) for design, rollout in rollouts.items()}
+    while playing:
+        for design, turns in list(playing.items()):
+            if next(turns, None) is None:
+                del playing[design]
+        yield rollouts

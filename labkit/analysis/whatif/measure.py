@@ -21,18 +21,19 @@ def measure(
     progress: Callable[[int, int, str], None] | None = None,
 ) -> pd.DataFrame:
     """Run the point for real: a server with these settings' profile and model, one synthetic
-    rollout of this shape per design. ``progress(done, total, what)`` is called along the way.
+    rollout of this shape per design, the designs taking turns turn by turn.
+    ``progress(done, total, what)`` is called along the way.
 
     Returns per design ``e2e_s`` and ``ttft_mean_s``, as ``labkit.analysis.metrics`` measures them.
     A point with a model-only setting moved (``Settings.model_only``) is refused: no run here
     realises it, so nothing measured would be that point.
     """
-    from labkit.client.agent import Rollout
+    from labkit.client.agent import take_turns
     from labkit.client.launcher import LabkitServer
 
     if moved := settings.model_only():
         raise ValueError(f"{', '.join(moved)}: the cost model's only; set them back to measure this point")
-    total = len(designs) + 1
+    total = settings.turns + 1
     say = progress or (lambda done, total, what: None)
     with tempfile.TemporaryDirectory(prefix="labkit-whatif-") as tmp:
         profile_file, models_file = Path(tmp) / "what-if.toml", Path(tmp) / "models.toml"
@@ -42,21 +43,23 @@ def measure(
         )
         say(0, total, "starting a server with these settings")
         args = ["--profile", str(profile_file), "--models", str(models_file)]
-        rows = []
         with LabkitServer(args=args, db=Path(tmp) / "responses.sqlite3") as server:
-            for done, design in enumerate(designs, start=1):
-                say(done, total, f"running {design}")
-                tool_seconds = settings.tool_ms / 1000
-                rollout = Rollout.run(
-                    server.base_url,
-                    design,
-                    settings.scenario_name,
-                    model=MODEL,
-                    tool_seconds=tool_seconds,
-                    reconnects=settings.reconnects(),
-                )
-                result = summary(rollout.frame())
-                rows.append({"design": design, **{k: result[k] for k in ("e2e_s", "ttft_mean_s")}})
+            # The designs take turns, turn by turn: a machine that gets busier meanwhile touches all alike.
+            rounds = take_turns(
+                server.base_url,
+                list(designs),
+                settings.scenario_name,
+                model=MODEL,
+                tool_seconds=settings.tool_ms / 1000,
+                reconnects=settings.reconnects(),
+            )
+            for done, played in enumerate(rounds, start=1):
+                say(min(done, total - 1), total, f"turn {done} of every design")
+                rollouts = played
+        rows = []
+        for design, rollout in rollouts.items():
+            result = summary(rollout.frame())
+            rows.append({"design": design, **{k: result[k] for k in ("e2e_s", "ttft_mean_s")}})
         say(total, total, "done")
     return pd.DataFrame(rows)
 

@@ -68,8 +68,8 @@ class LivePlot:
         The live widget is displayed at once only where this kernel already knows that a front
         end draws widgets. Otherwise the output holds a line of text until ``shown`` learns the
         answer: a live widget then takes its place, or, where nothing draws widgets (a headless
-        run), ``finish`` puts the static figure there and the executed notebook carries no
-        widget state (plotly's widget brings its whole bundle, megabytes, per plot).
+        run), ``finish`` puts the static figure there and the executed notebook stores no plotly
+        widget (its state brings plotly's whole bundle, megabytes, per plot).
         """
         from IPython.display import display
 

@@ -376,6 +376,15 @@ def assert_error_event(event: dict[str, Any], status: int = 400) -> dict[str, An
 
 
 @pytest.fixture
+def front_end_draws_widgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel knows a front end draws widgets, as in a learner's JupyterLab: every live figure
+    is a widget from the start (nothing draws it here; the tests read what it holds)."""
+    from labkit.analysis import frontend
+
+    monkeypatch.setattr(frontend, "_answer", True)
+
+
+@pytest.fixture
 def no_env_models(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(MODELS_ENV, raising=False)
 

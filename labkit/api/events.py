@@ -176,6 +176,31 @@ class ResponseEvents:
         self._item = None
         return events
 
+    # ------------------------------------------------------------ context_management: compaction
+
+    def begin_compaction(self, item_id: str) -> Event:
+        """A compaction output item opens: its summary is being sampled (its content comes at the end)."""
+        self._item = {"type": "compaction", "id": item_id, "encrypted_content": ""}
+        return self._event(
+            types.OUTPUT_ITEM_ADDED, output_index=self.output_index, item=json_copy(self._item)
+        )
+
+    def compacting(self) -> Event:
+        """``response.compaction.compacting``: more of the summary was sampled (it carries none of it)."""
+        assert self._item is not None, "no compaction item is open"
+        return self._event(
+            types.COMPACTION_COMPACTING, item_id=self._item["id"], output_index=self.output_index
+        )
+
+    def end_compaction(self, encrypted_content: str) -> Event:
+        """The compaction item is done: sealed, it joins the response's output."""
+        item, index = self._item, self.output_index
+        assert item is not None, "no compaction item is open"
+        item["encrypted_content"] = encrypted_content
+        self.response["output"].append(item)
+        self._item = None
+        return self._event(types.OUTPUT_ITEM_DONE, output_index=index, item=json_copy(item))
+
     # ------------------------------------------------------------ labkit extension: appended rollouts
 
     def pause(self, pending: list[dict[str, Any]]) -> Event:

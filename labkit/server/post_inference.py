@@ -88,7 +88,10 @@ class PostInference:
             # An appended rollout's tool results are inputs too (stored after the first input).
             inputs = turn.new_items + [i for i in turn.appended if i not in output]
             parent = req.previous_response_id
-            if parent and turn.from_connection_cache and not self.store.has(turn.owner, parent):
+            if turn.compacted is not None:
+                # Compacted (context_management): the chain starts again from the compacted window.
+                inputs, parent = turn.compacted + [i for i in turn.appended if i not in output], None
+            elif parent and turn.from_connection_cache and not self.store.has(turn.owner, parent):
                 # The history came from an unstored response: store it whole, so it is not lost.
                 inputs, parent = turn.history + inputs, None
             self.store.save(turn.owner, turn.response, inputs, output, parent=parent)

@@ -8,7 +8,8 @@ finished) and returns what to do about it, as actions:
 - ``Send(event)``: put this event on the socket (an error, a steering event);
 - ``Start(job)``: run this create now, on its lane (``job.parent`` is the connection cache's
   answer for it, ``job.body`` the create with any queued steering input prepended);
-- ``Append(job, items)``: hand these items to the appended rollout ``job`` is running.
+- ``Append(job, items)``: hand these items to the appended rollout ``job`` is running;
+- ``Arrive(payload)``: a steer on its way; once it has crossed the network, give it to ``steer``.
 
 It never awaits, never touches a socket, and holds no clock: ``labkit.server.websocket`` is the
 asyncio loop around it, which runs each ``Start`` through the pipeline and reports back with
@@ -145,7 +146,15 @@ class Append:
     items: list[Any]
 
 
-Action = Send | Start | Append
+@dataclass(frozen=True)
+class Arrive:
+    """A ``response.steer`` that takes effect once it has crossed the network (the uplink a
+    create pays as a stage of its own): then hand it to ``Connection.steer``."""
+
+    payload: dict[str, Any]
+
+
+Action = Send | Start | Append | Arrive
 
 
 @dataclass(frozen=True)
@@ -219,7 +228,7 @@ class Connection:
             if kind == RESPONSE_CREATE:
                 return self.create(payload, len(frame))
             if kind == RESPONSE_STEER:
-                return self.steer(payload)
+                return [Arrive(payload)]
             if kind == RESPONSE_APPEND and self.design.appended:
                 return self.append(payload)
             raise invalid_request(f"Unsupported event type '{kind}'.", param="type", code="unknown_event")

@@ -31,7 +31,18 @@ from labkit.engine.inference import Replica
 from labkit.limits import MAX_QUEUED_BYTES, MAX_QUEUED_CREATES, MAX_UNREAD_BYTES
 from labkit.server.appended import respond_appended
 from labkit.server.auth import KeyLimiter
-from labkit.server.connection import Action, Append, Connection, Failed, Finished, Job, Outcome, Send, Start
+from labkit.server.connection import (
+    Action,
+    Append,
+    Arrive,
+    Connection,
+    Failed,
+    Finished,
+    Job,
+    Outcome,
+    Send,
+    Start,
+)
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
@@ -134,6 +145,20 @@ class WebSocketSession:
                 self.tasks[action.job] = asyncio.create_task(self._run(action.job))
             elif isinstance(action, Append):
                 self.appends.setdefault(action.job, asyncio.Queue()).put_nowait(action.items)
+            elif isinstance(action, Arrive):  # the uplink, modeled as for a create, then the steer
+                uplink = self.pipeline.profile.network.one_way_s()
+                asyncio.get_running_loop().call_later(uplink, self._steer, action.payload)
+
+    def _steer(self, payload: dict[str, Any]) -> None:
+        if self.slow is not None or self.ws.application_state != WebSocketState.CONNECTED:
+            return
+        try:
+            self.act(self.connection.steer(payload))
+        except SlowReader:
+            pass
+        except Exception:  # a bug, not the client's: answer it, and keep the socket open
+            with contextlib.suppress(SlowReader):
+                self.send(server_error().ws_event())
 
     def _cut(self, slow: SlowReader) -> None:
         """The client left too much unread: every response of the connection ends now, its

@@ -50,6 +50,7 @@ class ResponseEvents:
     def __init__(self, response: dict[str, Any]) -> None:
         self.response = response
         self.sequence_number = 0
+        self.ended = False  # its terminal event has been sent
         self._item: dict[str, Any] | None = None
         self._text: list[str] = []
 
@@ -72,6 +73,11 @@ class ResponseEvents:
     def finish(self, status: str, usage: dict[str, Any], incomplete_reason: str | None = None) -> Event:
         finish_response(self.response, status, usage, incomplete_reason=incomplete_reason)
         return self._event(types.TERMINAL_EVENT[status], response=self._snapshot())
+
+    def sent(self, event: Event) -> None:
+        """Note an event as sent: after the terminal one, the response has ended."""
+        if event["type"] in types.TERMINAL_EVENTS:
+            self.ended = True
 
     @property
     def output_index(self) -> int:

@@ -82,8 +82,8 @@ async def run_events(
     except (asyncio.CancelledError, SlowReader, ResponseFailed):
         raise
     except Exception as exc:
-        if not created:
-            raise
+        if not created or events.ended:
+            raise  # before response.created, or after its terminal event: not a response's end
         error = as_api_error(exc)
         await emit(fail(turn, events, error))
         raise ResponseFailed(error) from exc
@@ -134,6 +134,7 @@ async def finish(
     if not overlapped:
         await pipeline.bill(turn, status)
     await send(terminal)
+    events.sent(terminal)
     if overlapped:
         await pipeline.bill(turn, status)
     if pipeline.feed.wants(turn.owner):  # the spans' JSON costs more than the rest of finishing

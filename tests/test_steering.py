@@ -28,6 +28,7 @@ from openai.types.responses import (
 from openai.types.responses.responses_server_event import ResponseCompactionWsCompacting, ResponseWsFailed
 
 from labkit.client.launcher import LabkitServer
+from labkit.client.steering import STRATEGIES, correction_latency, summary
 from labkit.limits import MAX_PENDING_STEERS
 from labkit.server.app import ServerConfig, create_app
 from labkit.server.connection_cache import ConnectionCache
@@ -333,3 +334,18 @@ def test_a_per_key_cap_refusal_carries_rate_limit_headers_over_http() -> None:
     assert refused.headers["x-ratelimit-limit-requests"] == "1"
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     assert json.loads(refused.text)["error"]["code"] == "rate_limit_exceeded"
+
+
+# ---------------------------------------------------------------- the measurement a notebook runs
+
+
+def test_the_correction_measurement_runs_every_strategy(server: LabkitServer) -> None:
+    runs = correction_latency(server.base_url, tps=(1000,), repeat=1, answer_tokens=300, after_tokens=20)
+    assert list(runs["strategy"]) == list(STRATEGIES) and (runs["seconds"] > 0).all()
+    read = runs.set_index("strategy")["read_after"]
+    assert read["wait"] >= 300 - 20 - 10, "waiting reads the rest of the answer"
+    assert read["steer"] < read["wait"], "a steer stops the answer early"
+    table = summary(runs)
+    assert list(table["tps"]) == [1000] and table.loc[0, "wait_over_steer"] > 0
+    with pytest.raises(ValueError, match="no model at 7"):
+        correction_latency(server.base_url, tps=(7,))

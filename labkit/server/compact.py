@@ -1,4 +1,8 @@
-"""``POST /v1/responses/compact``: a long window in, a short window out that a response can start from.
+"""Compaction: a long window in, a short window out that a response can start from.
+
+Two ways in: ``POST /v1/responses/compact`` (``compact``; its endpoint is in
+``labkit.server.http``), and a create's ``context_management``, which has the response compact
+its own input first (``compact_first``).
 
 The window is the conversation of ``previous_response_id`` (read from the store, as
 over HTTP) followed by ``input``. The answer is the compact resource::

@@ -65,13 +65,6 @@ class ConnectionCache(Generic[Entry]):
                 return entry
         return None
 
-    def lane_of(self, previous_response_id: object) -> Lane | str:
-        """The lane whose latest response this is (``""`` if none holds it)."""
-        for lane, entry in self._latest.items():
-            if self._id(entry) == previous_response_id:
-                return lane
-        return ""
-
     def keep(self, lane: Lane, conversation: Entry) -> None:
         """A response finished on ``lane``: it replaces the lane's latest."""
         if self.enabled:

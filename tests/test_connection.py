@@ -7,13 +7,19 @@ the real-socket tests (test_ws_wire.py, test_websocket.py, test_steering.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from labkit.api.errors import APIError
 from labkit.designs import compose
+from labkit.engine.catalogue import load_catalogue
+from labkit.paths import default_data_dir
+from labkit.profiles import load_profile
+from labkit.server.billing import Ledger
 from labkit.server.connection import (
     Action,
     Arrive,
@@ -24,6 +30,11 @@ from labkit.server.connection import (
     Send,
     Start,
 )
+from labkit.server.database import Database
+from labkit.server.pipeline import Pipeline
+from labkit.server.responder import prepare, respond
+from labkit.server.store import ResponseStore
+from labkit.server.turn import Turn
 
 WEBSOCKET = compose("websocket")
 
@@ -370,3 +381,41 @@ def test_steering_events_are_numbered_in_a_sequence_of_their_own() -> None:
     numbers = [steer(conn)[0]["sequence_number"] for _ in range(3)]
     numbers.append(steer(conn, "resp_missing")[0]["sequence_number"])
     assert numbers == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------- the one answer, read by every stage
+
+
+def test_every_stage_reads_the_caches_one_answer_and_none_asks_again() -> None:
+    """The stages take ``Turn.parent`` as given. Handed a cached conversation under another id
+    than the create names, they serve it from memory (hydration, rendering, routing); handed no
+    answer for an id only a cache could hold, they go to the store and find nothing. A stage that
+    asked again (compared ids, or looked for a cache) would fail one of the two."""
+    async def discard(event: dict[str, Any]) -> None:
+        return None
+
+    async def scenario() -> None:
+        database = Database(":memory:")
+        pipeline = Pipeline(
+            load_catalogue(None),
+            load_profile("local", default_data_dir()),
+            ResponseStore(database),
+            Ledger(database),
+        )
+        body = {"model": "labkit-spark", "input": "Hi.", "store": False}
+        first = Turn(design=WEBSOCKET, owner="key_a")
+        await prepare(pipeline, first, body)
+        cached = await respond(pipeline, first, discard)
+
+        served = Turn(design=WEBSOCKET, owner="key_a", parent=cached)
+        await prepare(pipeline, served, {**body, "previous_response_id": "resp_named_otherwise"})
+        spans = {span.stage: span for span in served.trace.spans}
+        assert spans["hydration"].detail["source"] == "connection_cache"
+        assert spans["render"].detail["cache"] == "connection_cache" and spans["render"].items == 1
+        assert spans["routing"].detail["reused"] is True
+
+        unanswered = Turn(design=WEBSOCKET, owner="key_a")
+        with pytest.raises(APIError, match="not found"):
+            await prepare(pipeline, unanswered, {**body, "previous_response_id": cached.response["id"]})
+
+    asyncio.run(scenario())

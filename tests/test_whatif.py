@@ -122,3 +122,19 @@ def test_the_button_measures_in_the_background_and_overlays_the_result() -> None
     # the overlay belongs to the point it measured: moving on clears it
     lab_ui.controls["turns"].value = 5
     assert list(lab_ui.predictions.widget.data[1].y) == [] and lab_ui.comparison.value == ""
+
+
+def test_a_paused_lab_predicts_each_change_and_redraws_once_if_the_settings_moved() -> None:
+    lab_ui = WhatIfLab(settings=SMALL, cpu=CPU)
+    drawn = lab_ui.predictions.updates
+    output = lab_ui.controls["output_tokens"]
+    before = lab_ui.predicted.set_index("design").loc["websocket", "e2e_s"]
+    with lab_ui.paused():
+        output.value = output.value * 10
+        longer = lab_ui.predicted.set_index("design").loc["websocket", "e2e_s"]
+        output.value = output.value // 10
+    assert longer > before  # the prediction followed the change...
+    assert lab_ui.predictions.updates == drawn  # ...the figures did not, and the lab came back
+    with lab_ui.paused():
+        output.value = output.value * 2
+    assert lab_ui.predictions.updates == drawn + 1  # a change that stays is drawn, once

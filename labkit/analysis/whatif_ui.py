@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -133,6 +134,7 @@ class WhatIfLab:
         self.measured_at: whatif.Settings | None = None
         self.task = Background("labkit-what-if")
         self._quiet = False  # while a preset sets several controls, redraw once at the end
+        self._paused = False  # while a cell tries settings out (``paused``), the figures wait
 
         figures = self._draw()
         self.widget = widgets.VBox(
@@ -191,8 +193,30 @@ class WhatIfLab:
             self._quiet = True
             self.preset.value = matching
             self._quiet = False
+        if self._paused:
+            self.predicted = whatif.predict(self.settings, self.cpu)
+            return
         self.refresh()
         self._offer_measuring()
+
+    @contextmanager
+    def paused(self) -> Iterator[WhatIfLab]:
+        """Try settings out without redrawing: ``predicted`` follows every change, the figures wait,
+        and are redrawn once at the end if the settings did not come back to where they were.
+
+            with lab_ui.paused():
+                lab_ui.controls["output_tokens"].value = 600
+                saving = lab_ui.predicted          # the prediction at 600 tokens a turn
+                lab_ui.controls["output_tokens"].value = 60
+        """
+        drawn, self._paused = self.settings, True
+        try:
+            yield self
+        finally:
+            self._paused = False
+            if self.settings != drawn:
+                self.refresh()
+            self._offer_measuring()
 
     def _preset_chosen(self, change: dict[str, Any]) -> None:
         if self._quiet or change["new"] == CUSTOM:

@@ -64,10 +64,10 @@ class CpuCosts:
         scanning = _per_unit(lambda: scan([text]), tokens, repeat=31)
         base, ws_base = _request_seconds(1, 10), _request_seconds(1, 10, websocket=True)
         short = _request_seconds(items=20, tokens_each=10)
-        many = _request_seconds(items=200, tokens_each=10)
+        many = _request_seconds(items=120, tokens_each=10)
         long = _request_seconds(items=20, tokens_each=1000)
         # request = r + items * a + tokens * b: more items of the same size give a, longer ones b
-        per_item = max(0.0, (many - short) / 180)
+        per_item = max(0.0, (many - short) / 100)
         per_token = max(0.0, (long - short) / (20 * 990))
         return cls(
             tokenize_s_per_token=tokenize,
@@ -93,7 +93,7 @@ class CpuCosts:
         return replace(self, **work)
 
 
-def _per_unit(work: Callable[[], object], units: int, repeat: int = 7) -> float:
+def _per_unit(work: Callable[[], object], units: int, repeat: int = 5) -> float:
     """The fastest of ``repeat`` timings of ``work`` on this thread's CPU clock, per unit.
 
     What the work costs the CPU, whatever else runs: a wall clock on a busy laptop stretched the

@@ -29,7 +29,8 @@ The names, grouped:
   a change saves per turn, two rollouts of one task set turn against turn, with its noise);
   ``compare`` (designs side by side, with units; medians of repeated runs from ``repeat``),
   ``styled`` (any such table, formatted by its units)
-- the learner's part: ``glossary`` (every stage and idea, defined), ``check_guess`` (a
+- the learner's part: ``glossary`` (every stage and idea, defined), ``define`` (some of its
+  rows, shown in full), ``check_guess`` (a
   prediction against the measurement, in one sentence), ``decide`` (a word from a difference,
   or ``Undecided`` when the runs' noise is larger), ``Undecided`` (a run that could not decide,
   and why: ``check_guess`` neither confirms nor marks wrong against it), ``trend`` (a series'
@@ -72,7 +73,7 @@ from labkit.analysis.cost_model import Prediction
 from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.frames import span_detail, stage_work
-from labkit.analysis.glossary import glossary
+from labkit.analysis.glossary import define, glossary
 from labkit.analysis.growth import HISTORY_STAGES, Growth, growth, stage_ms
 from labkit.analysis.guesses import Undecided, decide, trend
 from labkit.analysis.guesses import check as check_guess
@@ -132,6 +133,7 @@ __all__ = [
     "compose",
     "cpu_costs",
     "decide",
+    "define",
     "end_to_end",
     "fetch_spans",
     "glossary",

@@ -11,9 +11,15 @@ guide, which a test keeps identical to it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from labkit.api.stages import CLIENT_INSTANTS, DEFINITIONS, ClientStep, Stage, bucket_of
+
+if TYPE_CHECKING:
+    from pandas.io.formats.style import Styler
 
 # Ideas that are not stages, in the order a learner meets them.
 IDEAS: dict[str, tuple[str, str]] = {
@@ -119,6 +125,14 @@ def glossary() -> pd.DataFrame:
     rows = [(str(s), _kind(s), DEFINITIONS[s]) for s in (*Stage, *ClientStep) if s is not ClientStep.OBSERVE]
     rows += [(term, kind, meaning) for term, (kind, meaning) in IDEAS.items()]
     return pd.DataFrame(rows, columns=["term", "kind", "meaning"]).set_index("term")
+
+
+def define(terms: Sequence[str]) -> Styler:
+    """The glossary's rows for ``terms``, as a notebook shows them: in full, left-aligned.
+
+        define(["turn", "TTFT", "prefix cache"])
+    """
+    return glossary().loc[list(terms)].style.set_properties(**{"text-align": "left"})
 
 
 def markdown() -> str:

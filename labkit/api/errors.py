@@ -25,6 +25,7 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -32,6 +33,7 @@ class APIError(Exception):
         self.type = type
         self.code = code
         self.param = param
+        self.retry_after_s = retry_after_s  # an HTTP answer's Retry-After: when to try again
 
     def fields(self) -> dict[str, Any]:
         return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
@@ -99,6 +101,30 @@ def rate_limited(message: str, code: str = "rate_limit_exceeded") -> APIError:
 def too_large(message: str) -> APIError:
     """413: a request body over the server's limit."""
     return APIError(413, message, code="request_too_large")
+
+
+RETRY_AFTER_S = 1  # how long a client told to retry (a 503) waits first
+
+
+def database_unavailable(cause: str, *, locked: bool) -> APIError:
+    """503: the server's database stayed locked by another process, or cannot be written (a
+    full disk): nothing the client did, and a retry may well succeed.
+
+    >>> err = database_unavailable("database is locked", locked=True)
+    >>> err.status, err.code, err.retry_after_s
+    (503, 'database_unavailable', 1)
+    """
+    why = (
+        "its database is locked by another process" if locked else f"its database cannot be written ({cause})"
+    )
+    return APIError(
+        503,
+        f"The server cannot reach its stored responses and billing right now: {why}. "
+        f"Retry in {RETRY_AFTER_S} s.",
+        type="server_error",
+        code="database_unavailable",
+        retry_after_s=RETRY_AFTER_S,
+    )
 
 
 def server_error(message: str = "The server had an error while processing your request.") -> APIError:

@@ -23,6 +23,10 @@ READY_LINE = "labkit: serving on http://{host}:{port}/v1"
 PARENT_GONE_GRACE_S = 5.0  # how long open connections may hold up a shutdown nobody will cut short
 # One process: how long open responses may hold up SIGTERM or Ctrl-C (LabkitServer kills at 10 s).
 SHUTDOWN_GRACE_S = 5.0
+# SIGTERM's whole bound: that grace, then at most 2 s to write the billing queue (billing.DRAIN_S,
+# even with the ledger's disk full), then the database files close (a statement still waiting
+# for a lock ends within its timeout, counted from when it was asked: before the drain began).
+SHUTDOWN_BOUND_S = 8.0
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -41,7 +41,8 @@ def owner_of(request: Request) -> str:
 
 
 def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status)
+    retry = {"retry-after": str(err.retry_after_s)} if err.retry_after_s is not None else None
+    return JSONResponse(err.body(), status_code=err.status, headers=retry)
 
 
 LAST_FRAME_GRACE_S = 2.0  # how long a cut stream's last frame may wait for the client
@@ -162,7 +163,7 @@ async def sse_stream(
 
 async def retrieve_response(request: Request) -> Response:
     try:
-        found = pipeline_of(request).store.get(owner_of(request), request.path_params["response_id"])
+        found = await pipeline_of(request).store.get(owner_of(request), request.path_params["response_id"])
         if found is None:
             raise response_not_found(request.path_params["response_id"])
     except APIError as err:
@@ -173,7 +174,7 @@ async def retrieve_response(request: Request) -> Response:
 async def delete_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     try:
-        if not pipeline_of(request).store.delete(owner_of(request), response_id):
+        if not await pipeline_of(request).store.delete(owner_of(request), response_id):
             raise response_not_found(response_id)
     except APIError as err:
         return error_response(err)
@@ -196,13 +197,13 @@ async def list_input_items(request: Request) -> Response:
     params = request.query_params
     try:
         pipeline, owner = pipeline_of(request), owner_of(request)
-        if pipeline.store.get(owner, response_id) is None:
+        if await pipeline.store.get(owner, response_id) is None:
             raise response_not_found(response_id)
         limit = _limit(params.get("limit"))
         order = params.get("order", "desc")
         if order not in ("asc", "desc"):
             raise invalid_request("Invalid 'order': expected 'asc' or 'desc'.", param="order")
-        items = pipeline.store.items(response_id, "input")
+        items = await pipeline.store.items(response_id, "input")
         if order == "desc":
             items.reverse()
         after = params.get("after")

@@ -78,7 +78,7 @@ class PostInference:
                 hashed_items=hashed,
             )
 
-    def storage(self, turn: Turn) -> None:
+    async def storage(self, turn: Turn) -> None:
         req = turn.req
         assert req is not None
         if not req.store:
@@ -88,10 +88,10 @@ class PostInference:
             # An appended rollout's tool results are inputs too (stored after the first input).
             inputs = turn.new_items + [i for i in turn.appended if i not in output]
             parent = req.previous_response_id
-            if parent and turn.from_connection_cache and not self.store.has(turn.owner, parent):
+            if parent and turn.from_connection_cache and not await self.store.has(turn.owner, parent):
                 # The history came from an unstored response: store it whole, so it is not lost.
                 inputs, parent = turn.history + inputs, None
-            self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
+            await self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
             span.items = len(inputs) + len(output)
 
     def charge(self, turn: Turn, status: str) -> Charge:

@@ -25,7 +25,7 @@ CLIENT_TOO_SLOW = "client_too_slow"  # the error code of a response cut for its 
 async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
     """Validation through the intermediary hop; raises ``APIError`` before any event is sent."""
     pipeline.validate(turn, body)
-    pipeline.hydrate(turn)
+    await pipeline.hydrate(turn)
     await pipeline.input_safety(turn, pipeline.unseen_input(turn))
     await pipeline.render(turn)
     await pipeline.route(turn)
@@ -68,7 +68,7 @@ async def finish(
     pipeline.retain(turn)
     reason = "max_output_tokens" if truncated else None
     terminal = events.finish(status, usage(turn.prompt_tokens, turn.cached_tokens, turn.produced), reason)
-    pipeline.storage(turn)
+    await pipeline.storage(turn)
     # Blocking billing holds the answer back; overlapped billing runs beside the next request.
     overlapped = turn.plan[Stage.BILLING].overlapped
     if not overlapped:

@@ -34,7 +34,7 @@ from labkit.server.database import Database
 OVERLAPPED_CONCURRENCY = 32
 # A ledger write waits this long for a lock held elsewhere before its charge is kept for later:
 # another worker's write holds it for a millisecond, and a blocking charge holds its answer back.
-LEDGER_BUSY_TIMEOUT_S = 0.1
+LEDGER_BUSY_TIMEOUT_S = 0.05
 RETRY_S = 0.5  # how often kept charges are offered to the ledger again
 DRAIN_S = 2.0  # the most a shutdown waits for the queued and kept charges to be written
 MAX_KEPT_CHARGES = 100_000  # kept in memory while the ledger refuses them (a few hundred bytes each)

@@ -140,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest HTTP request body; a larger one is a 413",
     )
     p.add_argument(
+        "--head-timeout",
+        type=positive_number,
+        default=limits.HEAD_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long an HTTP request's line and headers may take to arrive; later is a 408 and a close",
+    )
+    p.add_argument(
         "--max-frame-bytes",
         type=positive_count,
         default=limits.MAX_FRAME_BYTES,

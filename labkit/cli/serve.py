@@ -31,11 +31,13 @@ SHUTDOWN_BOUND_S = 8.0
 
 def bind(host: str, port: int) -> socket.socket:
     """A TCP socket bound to host:port; a failure is one line saying what to change."""
+    from labkit.server.wire_limits import ListeningSocket  # accepts once a retry when out of descriptors
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         # proto=IPPROTO_TCP matters: asyncio only turns Nagle's algorithm off (TCP_NODELAY) for
         # sockets that say they are TCP, and Nagle plus delayed ACKs holds small frames for 40 ms.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = ListeningSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     except OSError as e:
         raise CommandError(f"cannot open a socket for {host}: {e.strerror or e}", status=1) from None
     try:
@@ -123,7 +125,7 @@ def serve(args: argparse.Namespace) -> None:
             lifespan="on",
             ws_ping_interval=None,
             ws_max_size=args.max_frame_bytes,  # a larger frame is refused: close code 1009
-            http=TrackedHTTP,
+            http=TrackedHTTP.configured(head_timeout_s=args.head_timeout),
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # larger headers: a 431 in the API's shape
         ),
         app.state.shutdown,  # trace streams end as the shutdown begins, not when their readers leave

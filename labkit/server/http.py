@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from labkit import limits
@@ -45,6 +46,8 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=retry)
 
 
+log = logging.getLogger("uvicorn.error")  # the server's own log, as uvicorn configures it
+
 LAST_FRAME_GRACE_S = 2.0  # how long a cut stream's last frame may wait for the client
 
 
@@ -52,7 +55,9 @@ async def read_body(request: Request) -> bytes:
     """The body, refused with a 413 past the server's limit (``labkit serve --max-body-bytes``).
 
     A declared ``content-length`` over the limit is refused before reading; a chunked body
-    is read only as far as the limit, so an oversized one never sits in memory.
+    is read only as far as the limit, so an oversized one never sits in memory (and in at most
+    ``limits.MAX_BODY_CHUNKS`` chunks: ``labkit.server.wire_limits``). A client that leaves
+    mid-body is one line in the log.
     """
     limit: int = getattr(request.app.state, "max_body_bytes", limits.MAX_BODY_BYTES)
     refusal = too_large(f"The request body is larger than this server's limit of {limit} bytes.")
@@ -60,11 +65,21 @@ async def read_body(request: Request) -> bytes:
     if declared.isdigit() and len(declared) < 20 and int(declared) > limit:
         raise refusal
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise refusal
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise refusal
+            chunks.append(chunk)
+    except ClientDisconnect:  # nobody is left to answer: one line in the log, not a traceback
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.warning(
+            "%s closed its connection before the body of %s %s arrived",
+            client,
+            request.method,
+            request.url.path,
+        )
+        raise invalid_request("The connection closed before the request body arrived.") from None
     return b"".join(chunks)
 
 

@@ -77,6 +77,7 @@ def serve(args: argparse.Namespace) -> None:
     from labkit.server.network import MAX_HEADER_BYTES, TrackedHTTP
     from labkit.server.shutdown import Server
     from labkit.server.trace_stream import instructor_keys_from_env
+    from labkit.server.ws_protocol import BoundedWebSocket
 
     config = ServerConfig(
         api_keys=(args.api_key or []) + keys_from_env(),
@@ -124,6 +125,7 @@ def serve(args: argparse.Namespace) -> None:
             log_level=args.log_level,
             lifespan="on",
             ws_ping_interval=None,
+            ws=BoundedWebSocket,  # pongs nobody reads and fragments count toward the connection's bound
             ws_max_size=args.max_frame_bytes,  # a larger frame is refused: close code 1009
             http=TrackedHTTP.configured(head_timeout_s=args.head_timeout),
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # larger headers: a 431 in the API's shape

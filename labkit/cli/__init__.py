@@ -196,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: no cap)",
     )
     p.add_argument(
+        "--max-slots-per-key",
+        type=positive_count,
+        metavar="N",
+        help="engine slots one key may hold on a replica at once; its other responses wait while the "
+        "rest of the room is served (default: a quarter of the profile's engine.max_concurrent where "
+        "keys are required, no cap otherwise)",
+    )
+    p.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,
         metavar="NAME",

@@ -95,6 +95,7 @@ def serve(args: argparse.Namespace) -> None:
         max_traces=args.max_traces,
         max_connections_per_key=args.max_connections_per_key,
         max_requests_per_key=args.max_requests_per_key,
+        max_slots_per_key=args.max_slots_per_key,
     )
     if args.db:
         config.db = args.db

@@ -59,6 +59,8 @@ class ServerConfig:
     max_traces: int = limits.MAX_TRACES
     max_connections_per_key: int | None = None
     max_requests_per_key: int | None = None
+    # A key's share of each replica's engine slots; None: a quarter where keys are required, else no cap.
+    max_slots_per_key: int | None = None
     # --workers: the room whose traces every worker shares through the database file.
     trace_room: str | None = None
 
@@ -115,6 +117,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             data_dir=config.data_dir,
             traces=TraceStore(config.max_traces, shared),
             policy=GenericPolicy(max_output_tokens=config.max_output_tokens),
+            slots_per_key=config.max_slots_per_key,
         )
         if shared is not None:  # a subscriber on one worker sees every worker's responses
             app.state.pipeline.feed = SharedFeed(shared)

@@ -37,11 +37,16 @@ def server() -> Iterator[LabkitServer]:
         yield running
 
 
+MASK = b"\x5a\xa5\x3c\xc3"  # one mask for every frame, so a flood is one frame repeated
+
+
 def frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:
-    """A client frame (masked with a zero mask, which leaves the payload as it is)."""
+    """A client frame, masked as a client's must be (a zero mask would spare the server the copy
+    each unmasked payload costs, which is what a real client's fragments cost it)."""
     size = len(payload)
     length = bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
-    return bytes([(0x80 if fin else 0) | opcode]) + length + b"\0\0\0\0" + payload
+    masked = bytes(byte ^ MASK[i % 4] for i, byte in enumerate(payload))
+    return bytes([(0x80 if fin else 0) | opcode]) + length + MASK + masked
 
 
 def upgraded(server: LabkitServer) -> socket.socket:

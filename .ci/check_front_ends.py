@@ -6,9 +6,10 @@ Two checks, each per notebook:
   JupyterLab, opens the notebook, runs all cells, and the page is read: cells
   run, error outputs, plotly figures drawn, with screenshots; ``seconds`` is
   the run, from "Run All" to the last cell done.
-- ``html``: the notebook is executed headless (``jupyter nbconvert --execute
-  --to html``), the HTML is opened from disk with every network request refused,
-  and each static figure in it must hold a drawn plot.
+- ``html``: the notebook is executed headless and exported to HTML, the HTML is
+  opened from disk with every network request refused, and every figure and
+  diagram in it must be drawn (``.ci/check_exports.py``, which also bounds the
+  file's size and its copies of plotly.js).
 
     python .ci/check_front_ends.py --python .venv/bin/python [--check notebook7|lab|html] [NOTEBOOK ...]
 
@@ -94,16 +95,6 @@ JS_REPORT = """() => {
     static_plots: drawn.filter(p => p.closest('.jp-RenderedPlotly')).length,
   };
 }"""
-
-# ---------------------------------------------------------------- page code (HTML export)
-
-JS_HTML_PLOTS = """() => {
-  const figures = Array.from(document.querySelectorAll('div[id^="labkit-"]'));
-  return {figures: figures.length,
-          drawn: figures.filter(f => f.querySelector('.main-svg')).length,
-          blank: figures.filter(f => !f.querySelector('.main-svg')).map(f => f.textContent.slice(0, 200))};
-}"""
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -203,33 +194,11 @@ def _has_no_figures(notebook: Path) -> bool:
 
 
 def check_html(browser, python: str, notebook: Path, out: Path, limit: float) -> dict:
-    started = time.monotonic()
-    html = out / f"{notebook.stem}.html"
-    run = subprocess.run(
-        [python, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", str(notebook),
-         f"--ExecutePreprocessor.timeout={int(limit)}", "--output-dir", str(out)],
-        capture_output=True, text=True, cwd=notebook.parent,
-    )
-    if run.returncode != 0:
-        return {"ok": False, "why": run.stderr.strip().splitlines()[-1:] or ["nbconvert failed"]}
-    executed = round(time.monotonic() - started, 1)
-    page = browser.new_page(viewport={"width": 1280, "height": 1000})
-    refused: list[str] = []
+    """The executed HTML copy, opened offline: ``.ci/check_exports.py`` (size, copies of
+    plotly.js, figures and diagrams drawn with the network refused)."""
+    import check_exports
 
-    def refuse(route) -> None:
-        refused.append(route.request.url[:100])
-        route.abort()
-
-    page.route(re.compile(r"^https?://"), refuse)  # opened offline: nothing from the network
-    page.goto(html.as_uri())
-    page.wait_for_timeout(3000)
-    report = page.evaluate(JS_HTML_PLOTS)
-    shot = out / f"html-{notebook.stem}.png"
-    page.screenshot(path=str(shot), full_page=True)
-    page.close()
-    report.update(seconds_to_execute=executed, screenshot=str(shot), refused=len(refused))
-    report["ok"] = report["figures"] == report["drawn"]
-    return report
+    return check_exports.check(browser, python, notebook, out, limit)
 
 
 def main() -> int:

@@ -44,6 +44,8 @@ The names, grouped:
 - the inverse what-if: ``article_fit`` (the service's unknown delays fitted to the articles'
   figures: residuals of the fitted and the held-out ones, what the figures cannot pin down, the
   fitted profile)
+- steering a running answer (WebSocket mode today): ``steering`` (``measure`` one correction,
+  steered, waited for, or resent over HTTP; ``STRATEGIES``, ``MODELS``)
 - the server's traces, live: ``watch_traces`` (into a live plot), ``TraceWatcher``
 - the stage names and buckets: ``Stage``, ``bucket_of``
 
@@ -82,6 +84,7 @@ from labkit.analysis.replay import replay
 from labkit.analysis.shape import Shape
 from labkit.analysis.tables import compare, styled
 from labkit.api.stages import Stage, bucket_of
+from labkit.client import steering
 from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, fetch_spans, take_turns
 from labkit.client.launcher import LabkitServer
 from labkit.client.records import TurnRecord
@@ -149,6 +152,7 @@ __all__ = [
     "span_detail",
     "stage_ms",
     "stage_work",
+    "steering",
     "styled",
     "summary",
     "take_turns",

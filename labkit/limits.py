@@ -17,4 +17,5 @@ MAX_TRACES = 10_000  # responses whose spans are kept in memory
 WS_LIFETIME_S = 60 * 60  # how long a WebSocket connection may stay open
 MAX_LANES = 32  # named lanes (``stream_id``) on one WebSocket connection
 MAX_IN_FLIGHT = 16  # responses running at once on one WebSocket connection
+MAX_PENDING_STEERS = 8  # steering inputs queued on one response, waiting to be committed
 DB_BUSY_TIMEOUT_S = 2.0  # how long a statement waits for a lock on --db held elsewhere; past it, a 503

@@ -1,8 +1,8 @@
 """The server's SQLite file when it misbehaves: locked by another process, or not a usable file.
 
 A lock: another process holds the file's write lock (``BEGIN IMMEDIATE``) for as long as the
-test says. A ``store: true`` create then waits for it beside the event loop and is answered a
-503 ``database_unavailable`` (over HTTP with ``Retry-After``), not a 500; while it waits,
+test says. A ``store: true`` create then waits for it beside the event loop and ends with
+``database_unavailable`` (over HTTP a 503 with ``Retry-After``), not a 500; while it waits,
 ``/healthz`` and a ``store: false`` create are answered, and the latter's charge reaches the
 ledger once the lock is gone. Outcomes and their order are read off the wire and the file,
 never the clock.
@@ -122,10 +122,12 @@ def test_a_locked_database_costs_only_the_requests_that_need_it(tmp_path: Path) 
         assert order == ["healthz", "store=false", "stored"], order
         assert health.status_code == 200
         assert unstored.status_code == 200 and unstored.json()["status"] == "completed", unstored.text
-        assert stored.last["type"] == "error" and stored.last["status"] == 503, stored.last
-        for error in (stored.last["error"], refused.json()["error"]):
-            assert (error["type"], error["code"]) == ("server_error", "database_unavailable"), error
-            assert "locked" in error["message"]
+        # Stored just before its terminal event: over WebSocket the response ends failed, saying why.
+        assert stored.last["type"] == "response.failed", stored.last
+        assert stored.last["response"]["error"]["code"] == "database_unavailable", stored.last
+        error = refused.json()["error"]
+        assert (error["type"], error["code"]) == ("server_error", "database_unavailable"), error
+        assert "locked" in error["message"] and "locked" in stored.last["response"]["error"]["message"]
         assert refused.status_code == 503 and refused.headers.get("retry-after") == "1", refused.text
         # The lock is gone: a store=true create is stored again, and the blocking charge of the
         # store=false one, kept while the ledger was locked, is in the ledger now.

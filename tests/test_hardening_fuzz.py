@@ -13,6 +13,7 @@ Bounded: ``max_examples`` per path, no deadline (the network), loopback only.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -230,7 +231,10 @@ def check_http_answer(reply: httpx.Response, stream: bool) -> None:
         response = strict_json(reply.text)
         assert response["object"] == "response" and response["status"] in ("completed", "incomplete")
         return
-    frames = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
+    # SSE ends a line at CR, LF or CRLF only (str.splitlines would also cut at U+0085 and U+2028,
+    # which a JSON string in a data line may carry as they are)
+    lines = re.split(r"\r\n|\r|\n", reply.text)
+    frames = [line[6:] for line in lines if line.startswith("data: ")]
     events = [strict_json(frame) for frame in frames]
     assert events, reply.text[:300]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))

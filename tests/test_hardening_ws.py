@@ -258,7 +258,11 @@ def test_responses_in_flight_per_key_are_capped_across_lanes(one_at_a_time: Labk
             events.append(recv(ws))
         [error] = [e for e in events if e["type"] == "error"]
         assert error["stream_id"] == "fast"
-        assert assert_error_event(error, 429)["type"] == "rate_limit_error"
+        refusal = assert_error_event(error, 429)
+        assert refusal["type"] == "rate_limit_error"
+        # The API's rate-limit headers: the cap, and nothing of it left.
+        limit = {"x-ratelimit-limit-requests": "1", "x-ratelimit-remaining-requests": "0"}
+        assert refusal["headers"] == limit
         assert events[-1]["stream_id"] == "slow"
         # Refused before it started: the lane's cache still holds what the retry chains from.
         create(ws, stream_id="fast", **follow_up)

@@ -69,8 +69,14 @@ def normalized_requirement(requirement: str) -> str:
 # The base dependencies cover every third-party import under labkit/
 
 
-# The notebook front end's own modules: they may import what the [notebooks] extra adds.
-FRONT_END = {"labkit/analysis/whatif_ui.py", "labkit/analysis/replay_ui.py", "labkit/analysis/frontend.py"}
+# The notebook front end's own modules: they may import what the [notebooks] extra adds (live.py
+# only where a lab lays out a live figure, in an ipywidgets box).
+FRONT_END = {
+    "labkit/analysis/whatif_ui.py",
+    "labkit/analysis/replay_ui.py",
+    "labkit/analysis/frontend.py",
+    "labkit/analysis/live.py",
+}
 
 
 def third_party_imports(package_dir: Path) -> dict[str, set[str]]:

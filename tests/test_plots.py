@@ -67,8 +67,9 @@ def messages(widget: Any) -> list[str]:
 
 
 def test_live_plot_sends_one_batch_per_turn_and_leaves_the_same_data_static(
-    server: LabkitServer, displayed: list[Handle]
+    server: LabkitServer, displayed: list[Handle], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(frontend, "_answer", True)  # a front end that draws widgets (it never does here)
     plot = live.LivePlot(plots.turn_buckets).show(None)  # shown before the rollout starts
     assert displayed[0].shown[0] is plot.widget
     sent = messages(plot.widget)
@@ -175,6 +176,58 @@ def test_where_nothing_draws_widgets_no_widget_is_made(
         _rounded(t.y) for t in final.data
     ]
     assert len(final.data[0].y) == 4  # every turn of the rollout
+
+
+def test_until_the_kernel_knows_a_front_end_draws_widgets_no_widget_is_made(
+    displayed: list[Handle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shown before the probe answers (a notebook's first live plot): a line of text holds the
+    place, the updates only redraw the figure, and a headless run never makes a widget: its state
+    would carry plotly's whole bundle into the executed notebook."""
+    import asyncio
+
+    monkeypatch.setattr(frontend, "_answer", None)
+    plot = live.LivePlot(plots.race).show({"naive": None})
+    assert plot.widget is None and displayed[0].shown == [{"text/plain": live.PENDING}]
+    plot.update({"naive": None, "websocket": None})
+    monkeypatch.setattr(frontend, "_answer", False)  # what the probe learns in a headless run
+    assert asyncio.run(_shown(plot, timeout=60)) is False and plot.widget is None
+    plot.finish()
+    assert isinstance(displayed[0].shown[-1], live.StaticFigure) and plot.widget is None
+
+
+def test_once_a_front_end_is_known_to_draw_widgets_the_live_widget_takes_the_place(
+    displayed: list[Handle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    monkeypatch.setattr(frontend, "_answer", None)
+    plot = live.LivePlot(plots.race).show({"naive": None})
+    plot.update({"naive": None, "websocket": None})  # before the answer: drawn, not sent
+    monkeypatch.setattr(frontend, "_answer", True)  # the probe's answer in JupyterLab
+    assert asyncio.run(_shown(plot, timeout=0.2)) is False  # made and displayed, not drawn yet
+    assert displayed[0].shown[-1] is plot.widget and plot.updates == 0
+    assert [t.name for t in plot.widget.data] == [t.name for t in plot.figure.data]  # the latest drawing
+
+
+def test_a_figure_in_a_layout_gets_its_widget_only_where_something_draws_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``build`` (a figure in a lab's layout) gives a box: empty until a front end is known to
+    draw widgets, then holding the live widget; a box built once that is known holds it at once."""
+    monkeypatch.setattr(frontend, "_answer", None)
+    plot = live.LivePlot(plots.race)
+    box = plot.build({"naive": None})
+    assert box.children == () and plot.widget is None
+    plot.update({"naive": None, "websocket": None})
+    monkeypatch.setattr(frontend, "_answer", True)
+    widget = plot.go_live()
+    assert box.children == (widget,) and len(widget.data) == len(plot.figure.data)
+    assert plot.go_live() is widget  # once only
+    assert live.LivePlot(plots.race).build({"naive": None}).children != ()
+    monkeypatch.setattr(frontend, "_answer", False)  # a headless run: no widget ever
+    headless = live.LivePlot(plots.race)
+    assert headless.build({"naive": None}).children == () and headless.widget is None
 
 
 def test_static_figures_embed_plotly_once(monkeypatch: pytest.MonkeyPatch) -> None:

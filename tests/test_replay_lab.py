@@ -17,6 +17,9 @@ from labkit.scenarios.replay import load_replay
 
 CPU = CpuCosts()
 
+# The lab's live figures are widgets, as where a front end draws them.
+pytestmark = pytest.mark.usefixtures("front_end_draws_widgets")
+
 
 def parallel_calls(path: Path) -> Path:
     """A transcript whose first turn makes two calls at once, then answers."""

@@ -223,6 +223,33 @@ def test_an_sse_stream_nobody_reads_is_cut_and_dropped(server: LabkitServer) -> 
     assert stored.status_code == 404  # cut before its end: never stored
 
 
+def test_an_sse_reader_that_comes_back_finds_response_failed_last(server: LabkitServer) -> None:
+    """An SSE stream cut for its slow reader ends with ``response.failed``: the Response, failed
+    with ``client_too_slow``, numbered after the last event the response produced."""
+    key = "sk-sse-reads-late"
+    feed = Feed(server, key, want=1)
+    body = json.dumps({"model": MODEL, "input": LONG, "stream": True, "store": False}).encode()
+    url = httpx.URL(server.base_url)
+    with small_socket(server) as sock:
+        head = (
+            f"POST /v1/responses HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
+            f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        sock.sendall(head.encode() + body)
+        assert feed.done.wait(CUT_DEADLINE_S), "never cut"  # meanwhile, nothing was read
+        received = bytearray()
+        while chunk := sock.recv(65536):
+            received += chunk
+    lines = received.split(b"\n")
+    frames = [json.loads(line[len(b"data: ") :]) for line in lines if line.startswith(b"data: ")]
+    last = frames[-1]
+    assert last["type"] == "response.failed", last["type"]
+    assert last["response"]["status"] == "failed" and last["response"]["error"]["code"] == "client_too_slow"
+    assert last["response"]["id"] == feed.events[0]["response_id"]
+    assert last["sequence_number"] > frames[-2]["sequence_number"], "numbered after what was produced"
+
+
 def small_socket(server: LabkitServer) -> socket.socket:
     """A TCP connection to the server with a tiny receive buffer and small segments (see
     ``never_reading_socket``): what it does not read piles up in the server, not in kernels."""

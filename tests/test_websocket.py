@@ -427,29 +427,29 @@ def test_unstored_response_cannot_be_chained_from_a_new_socket(client: OpenAI) -
 # ---------------------------------------------------------------- lanes through the SDK
 
 
-def test_sdk_stream_id_lanes_keep_their_own_cache(client: OpenAI, server: LabkitServer) -> None:
+def test_sdk_forks_a_conversation_onto_a_new_stream_id(client: OpenAI, server: LabkitServer) -> None:
+    """The guide's pattern: ``store: false``, and a new ``stream_id`` forked from a response of
+    another lane, served from the connection cache; every event names its lane."""
     common = {"model": MODEL, "store": False}
     with ws(client) as conn:
         events_a, last_a = turn(conn, input="Lane a.", stream_id="a", **common)
-        events_b, last_b = turn(conn, input="Lane b.", stream_id="b", **common)
         assert {e.stream_id for e in events_a} == {"a"}
+        a = last_a.response
+
+        events_b, fork = turn(conn, input=NEXT, previous_response_id=a.id, stream_id="b", **common)
+        assert fork.type == "response.completed", fork
         assert {e.stream_id for e in events_b} == {"b"}
-        a, b = last_a.response, last_b.response
-
-        # Lane b's cache holds b, not a: with store=false there is nothing to fall back on.
-        _, err = turn(conn, input=NEXT, previous_response_id=a.id, stream_id="b", **common)
-        assert err.type == "error"
-        assert err.error.code == "previous_response_not_found"
-        assert err.stream_id == "b"
-
         _, on_a = turn(conn, input=NEXT, previous_response_id=a.id, stream_id="a", **common)
         assert on_a.type == "response.completed"
-        # Lane b's failed turn referenced a, not b, so b is still cached on lane b.
-        _, on_b = turn(conn, input=NEXT, previous_response_id=b.id, stream_id="b", **common)
-        assert on_b.type == "response.completed"
-        assert on_b.stream_id == "b"
-    for response in (on_a.response, on_b.response):
-        assert spans(server, response.id)["hydration"]["detail"]["source"] == "connection_cache"
+        # A fork of a response no lane holds is refused on its own lane, named by stream_id.
+        _, err = turn(conn, input=NEXT, previous_response_id="resp_unknown", stream_id="c", **common)
+        assert err.type == "error" and err.error.code == "previous_response_not_found"
+        assert err.stream_id == "c"
+    assert fork.response.previous_response_id == a.id
+    for response in (fork.response, on_a.response):
+        trace = spans(server, response.id)
+        assert trace["hydration"]["detail"]["source"] == "connection_cache"
+        assert trace["render"]["items"] == 1
 
 
 def test_sdk_background_is_refused_over_websocket(client: OpenAI) -> None:

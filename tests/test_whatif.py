@@ -18,6 +18,9 @@ from labkit.profiles import load_profile, profile_toml
 CPU = CpuCosts()
 SMALL = whatif.Settings(turns=3, tool_tokens=150, instruction_tokens=300, rtt_ms=4, auth_ms=1, billing_ms=1)
 
+# The lab's live figures are widgets, as where a front end draws them.
+pytestmark = pytest.mark.usefixtures("front_end_draws_widgets")
+
 
 def test_presets_are_the_articles_speeds() -> None:
     assert sorted(p.decode_tps for p in whatif.PRESETS.values()) == [65, 1000, 4000]

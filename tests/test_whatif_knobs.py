@@ -23,6 +23,9 @@ from labkit.profiles import DEFAULT_PROFILE, load_profile
 CPU = CpuCosts()
 POINT = whatif.Settings(turns=6, tool_tokens=400, instruction_tokens=1000)
 
+# The lab's live figures are widgets, as where a front end draws them.
+pytestmark = pytest.mark.usefixtures("front_end_draws_widgets")
+
 
 def stage_seconds(settings: whatif.Settings, design: str, stage: str, cpu: CpuCosts = CPU) -> float:
     table = whatif.breakdown(settings, design, cpu).set_index("stage")["seconds"]

@@ -391,25 +391,37 @@ def test_two_lanes_run_concurrently_and_tag_their_events(server: LabkitServer) -
     assert b_created < a_done
 
 
-def test_lanes_keep_their_own_connection_cache(server: LabkitServer) -> None:
+def test_a_create_forks_from_the_response_of_another_lane(server: LabkitServer) -> None:
+    """``previous_response_id`` may name any lane's latest response: the new one runs on its own
+    lane, served from the connection cache (only its new item rendered). A failed fork keeps the
+    response it named; a failed continuation on the response's own lane evicts it."""
+    go_on = {"model": MODEL, "input": "Go on.", "store": False}
+    orphan = [{"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}]
     with wire(server) as w:
         a = w.done(model=MODEL, input="On lane a.", store=False, stream_id="a")
-        b = w.done(model=MODEL, input="On lane b.", store=False, stream_id="b")
+        w.done(model=MODEL, input="On lane b.", store=False, stream_id="b")
 
-        # Lane b holds b; a is only in lane a's cache.
-        miss = w.turn(model=MODEL, input="Go on.", previous_response_id=a["id"], store=False, stream_id="b")
-        assert_error(miss, "previous_response_not_found", "previous_response_id")
-        assert miss["stream_id"] == "b", "a lane's error is tagged with its lane"
+        fork = w.turn(previous_response_id=a["id"], stream_id="b", **go_on)
+        assert fork["type"] == "response.completed" and fork["stream_id"] == "b"
+        assert fork["response"]["previous_response_id"] == a["id"]
+        from_default = w.done(previous_response_id=a["id"], **go_on)  # the default lane forks too
 
-        a2 = w.done(model=MODEL, input="Go on.", previous_response_id=a["id"], store=False, stream_id="a")
-        # Lane b's failed turn referenced a, not b: b is still cached on lane b.
-        b2 = w.done(model=MODEL, input="Go on.", previous_response_id=b["id"], store=False, stream_id="b")
-        # The default lane is a lane of its own.
-        default_miss = w.turn(model=MODEL, input="Go on.", previous_response_id=a2["id"], store=False)
-        assert_error(default_miss, "previous_response_not_found", "previous_response_id")
-        assert "stream_id" not in default_miss
-    for response in (a2, b2):
-        assert traces(server, response["id"])["hydration"]["detail"]["source"] == "connection_cache"
+        # A fork that fails on lane c names a, which lives on lane a: a stays.
+        failed_fork = w.turn(**{**go_on, "input": orphan}, previous_response_id=a["id"], stream_id="c")
+        assert_error(failed_fork, "invalid_value", "input[0].call_id")
+        assert failed_fork["stream_id"] == "c", "a lane's error is tagged with its lane"
+        a2 = w.done(previous_response_id=a["id"], stream_id="a", **go_on)
+
+        # A continuation that fails on a2's own lane evicts it.
+        failed = w.turn(**{**go_on, "input": orphan}, previous_response_id=a2["id"], stream_id="a")
+        assert_error(failed, "invalid_value", "input[0].call_id")
+        gone = w.turn(previous_response_id=a2["id"], stream_id="b", **go_on)
+        assert_error(gone, "previous_response_not_found", "previous_response_id")
+        assert gone["stream_id"] == "b"
+    for response in (fork["response"], from_default, a2):
+        spans = traces(server, response["id"])
+        assert spans["hydration"]["detail"]["source"] == "connection_cache"
+        assert spans["render"]["items"] == 1, "only the new item is rendered"
 
 
 @pytest.mark.parametrize(
@@ -438,7 +450,9 @@ def test_at_most_32_named_lanes(server: LabkitServer) -> None:
         assert finished == {f"lane-{i}" for i in range(32)}
 
         w.create(model=MODEL, input="Hi.", store=False, stream_id="lane-32")
-        assert_error(w.recv(), "websocket_stream_limit_reached", "stream_id")
+        refused = w.recv()
+        assert_error(refused, "websocket_stream_limit_reached", "stream_id")
+        assert refused["stream_id"] == "lane-32", "the refused lane is named, for a client that demultiplexes"
 
         # Existing lanes and the default lane keep working.
         reused = w.turn(model=MODEL, input="Hi.", store=False, stream_id="lane-0")

@@ -1,13 +1,17 @@
 """Live plots: a standard figure redrawn as a rollout's turns arrive, one message per turn.
 
 ``LivePlot`` wraps a drawing function from ``labkit.analysis.plots``. In a
-notebook it shows a plotly ``FigureWidget`` and, at each ``update``, redraws
-the figure from the data so far and sends the change in one batch. Where no
-front end drew the widget (a headless run, a front end without widgets),
+notebook whose front end draws widgets it shows a plotly ``FigureWidget`` and,
+at each ``update``, redraws the figure from the data so far and sends the
+change in one batch. The widget is made only once the kernel knows that a front
+end draws it (``labkit.analysis.frontend``; at the latest in ``shown``): its
+state carries plotly's whole bundle, which a headless runner would store in the
+executed notebook, once per plot. Where nothing draws widgets (a headless run),
 ``finish`` puts a static copy of the last figure in its place, so the saved
 notebook and an HTML export of it show the figure offline (see ``static``).
 
     plot = LivePlot(plots.turn_buckets).show(None)     # show before the work starts
+    await plot.shown()                                 # the live widget, where something draws it
     rollout = Rollout("naive")
     for record in rollout.play(server.base_url, watch=True):
         plot.update(rollout.frame())                   # one batched update per turn
@@ -36,6 +40,7 @@ from labkit.analysis.style import TEMPLATE
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"displaylogo": False}
+PENDING = "(the figure follows when the work is done)"  # the output until the figure, live or static
 _plotlyjs_embedded = False  # the first static figure of a kernel carries plotly.js for its page
 
 
@@ -54,30 +59,52 @@ class LivePlot:
         self.updates = 0  # batches sent to the widget
         self.drawn = False  # a browser has drawn the widget (it reports its traces once drawn)
         self.replaced = False  # the widget was drawn late, and rebuilt from the latest drawing
-        self._handle: Any = None
+        self._handle: Any = None  # the output ``show`` displayed
+        self._box: Any = None  # the place ``build`` made in a layout (an ipywidgets box)
 
     def show(self, *args: Any, **kwargs: Any) -> LivePlot:
         """Draw the figure from the data so far (often none yet) and display it.
 
-        Where this kernel already learnt that nothing draws widgets (a headless run),
-        no widget is made: the output waits for ``finish`` to put the static figure in it,
-        and no widget state weighs down the executed notebook.
+        The live widget is displayed at once only where this kernel already knows that a front
+        end draws widgets. Otherwise the output holds a line of text until ``shown`` learns the
+        answer: a live widget then takes its place, or, where nothing draws widgets (a headless
+        run), ``finish`` puts the static figure there and the executed notebook stores no plotly
+        widget (its state brings plotly's whole bundle, megabytes, per plot).
         """
         from IPython.display import display
 
-        if frontend.known() is False:
-            self.figure = self.draw(*args, **kwargs)
-            self._handle = display(
-                {"text/plain": "(the figure follows when the work is done)"}, raw=True, display_id=True
-            )
-            return self
-        self._handle = display(self.build(*args, **kwargs), display_id=True)
+        self.figure = self.draw(*args, **kwargs)
+        if frontend.known():
+            self._handle = display(self._widget_of(self.figure), display_id=True)
+        else:
+            self._handle = display({"text/plain": PENDING}, raw=True, display_id=True)
         return self
 
-    def build(self, *args: Any, **kwargs: Any) -> go.FigureWidget:
-        """The widget, drawn from the data so far, without displaying it (to place in a layout)."""
+    def build(self, *args: Any, **kwargs: Any) -> Any:
+        """The figure's place in a layout, drawn from the data so far, without displaying it: an
+        ipywidgets box holding the live widget where a front end is known to draw widgets, else an
+        empty box that ``go_live`` fills (``shown`` does, once it learns that something does)."""
+        import ipywidgets as widgets
+
         self.figure = self.draw(*args, **kwargs)
-        return self._widget_of(self.figure)
+        self._box = widgets.VBox([self._widget_of(self.figure)] if frontend.known() else [])
+        return self._box
+
+    def go_live(self) -> go.FigureWidget:
+        """The live widget, made from the latest drawing and put in the figure's place if it was
+        not yet: call it once a front end is known to draw widgets (``shown`` does)."""
+        if self.widget is None:
+            if self.figure is None:
+                raise RuntimeError("show() or build() the plot first")
+            self._place(self._widget_of(self.figure))
+        assert self.widget is not None
+        return self.widget
+
+    def _place(self, widget: go.FigureWidget) -> None:
+        if self._box is not None:
+            self._box.children = (widget,)
+        elif self._handle is not None:
+            self._handle.update(widget)
 
     def _widget_of(self, figure: go.Figure) -> go.FigureWidget:
         self.widget = go.FigureWidget(figure)
@@ -88,22 +115,24 @@ class LivePlot:
         if not change.get("new") or self.drawn:
             return
         self.drawn = True
-        if self.updates and self._handle is not None:
+        if self.updates:
             # The view came after updates were sent (a fresh page still loading plotly): it drew
             # the widget's first state and never saw them. A widget built from the latest drawing
             # takes its place; plotly is loaded by now, so it draws at once.
-            self._handle.update(self._widget_of(self.figure))
+            self._place(self._widget_of(self.figure))
             self.replaced = True
 
     async def shown(self, timeout: float = 15.0) -> bool:
         """Wait (``await plot.shown()``) until a front end has drawn the widget, so the first
-        updates are seen live: a fresh page takes seconds to load plotly. Where nothing draws
-        widgets (a headless runner), it learns so once per kernel (``draws_widgets``) and then
-        returns at once."""
+        updates are seen live: a fresh page takes seconds to load plotly. It learns first, once
+        per kernel, whether anything draws widgets (``draws_widgets``): if so the live widget takes
+        the figure's place (``go_live``); where nothing does (a headless runner) it returns at once
+        and no widget is ever made."""
         if self.figure is None:
             raise RuntimeError("show() the plot first")
-        if self.widget is None or not await frontend.draws_widgets():
+        if not await frontend.draws_widgets():
             return False
+        self.go_live()
         deadline = time.monotonic() + timeout
         while not self.drawn and time.monotonic() < deadline:
             await asyncio.sleep(0.1)  # the kernel reads the browser's messages meanwhile
@@ -115,7 +144,7 @@ class LivePlot:
             raise RuntimeError("show() the plot before updating it")
         self.figure = self.draw(*args, **kwargs)
         widget = self.widget
-        if widget is None:  # nothing draws widgets here: ``finish`` shows the last drawing
+        if widget is None:  # no front end known to draw it: ``go_live`` or ``finish`` shows the drawing
             return
         fresh = self.figure.data
         if len(widget.data) > len(fresh):

@@ -14,6 +14,7 @@ with these, so a design and a bucket have the same colour everywhere
 - ``race``: time so far against turns, one line per design
 - ``stage_tokens``: per turn, the tokens a stage processed, one line per design
 - ``design_bars``: end to end and mean TTFT per design
+- ``correction_times``: how soon a correction is answered: steered, waited for, or resent
 
     >>> fig = design_bars(pd.DataFrame({"design": ["naive", "websocket"], "e2e_s": [3.2, 1.8],
     ...                                 "ttft_mean_s": [0.12, 0.06]}))
@@ -31,7 +32,14 @@ import plotly.graph_objects as go
 
 from labkit.analysis.growth import HISTORY_STAGES, history_tokens, stage_ms
 from labkit.analysis.metrics import turns
-from labkit.analysis.style import BUCKET_COLORS, BUCKET_LABELS, design_color, design_line, layout
+from labkit.analysis.style import (
+    BUCKET_COLORS,
+    BUCKET_LABELS,
+    EXTRA_COLORS,
+    design_color,
+    design_line,
+    layout,
+)
 from labkit.analysis.style import TEMPLATE as TEMPLATE  # the what-if lab draws with plots.TEMPLATE
 from labkit.api.stages import BUCKETS, DEFINITIONS, OBSERVER, bucket_of
 
@@ -220,6 +228,32 @@ def design_bars(table: pd.DataFrame, title: str = "End to end and time to first 
         yaxis2={"title": "mean TTFT (ms)", "overlaying": "y", "side": "right", "rangemode": "tozero"},
         barmode="group",
     )
+
+
+def correction_times(
+    runs: pd.DataFrame | None, title: str = "From a user's correction to the first token that answers it"
+) -> go.Figure:
+    """Per way of correcting a model mid-answer (rows of ``runs``: ``strategy``, ``tps``,
+    ``seconds``, as ``labkit.client.steering`` measures them), a bar per speed: the median run's
+    milliseconds, on a log axis (waiting for a long answer takes seconds, steering tens of ms)."""
+    table = runs if runs is not None and len(runs) else pd.DataFrame(columns=["strategy", "tps", "seconds"])
+    order = ["steer", "wait", "resend"]
+    bars = []
+    for index, (speed, group) in enumerate(table.groupby("tps", sort=True)):
+        medians = group.groupby("strategy")["seconds"].median().reindex(order).dropna()
+        bars.append(
+            go.Bar(
+                name=f"{speed:,} tokens/s",
+                x=list(medians.index),
+                y=[v * MS for v in medians],
+                text=[f"{v * MS:,.0f} ms" for v in medians],
+                marker_color=EXTRA_COLORS[index % len(EXTRA_COLORS)],
+            )
+        )
+    fig = go.Figure(bars)
+    fig.update_xaxes(categoryorder="array", categoryarray=order)
+    return layout(fig, title, "how the correction reaches the model", "ms (log scale)", yaxis_type="log",
+                  barmode="group")
 
 
 def trace_timeline(traces: Sequence[Mapping], title: str = "Responses as the server ran them") -> go.Figure:

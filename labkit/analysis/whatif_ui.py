@@ -263,10 +263,12 @@ class WhatIfLab:
     async def shown(self, timeout: float = 20.0) -> bool:
         """Wait (``await lab_ui.shown()``) until a browser has a view of each of the lab's figures,
         and a moment more for them to draw: in a page still loading plotly, a figure redrawn
-        before its view is up can stay blank. Where nothing draws widgets, it returns at once."""
+        before its view is up can stay blank. The figures' live widgets are made here if the lab
+        was built before the kernel knew that a front end draws them (``LivePlot.go_live``).
+        Where nothing draws widgets, it returns at once, and the lab holds no figure widget."""
         if not await frontend.draws_widgets():
             return False
-        figures = [plot.widget for plot in (self.predictions, self.mechanisms, self.curve, self.breakdown)]
+        figures = [plot.go_live() for plot in (self.predictions, self.mechanisms, self.curve, self.breakdown)]
         deadline = time.monotonic() + timeout
         while not all(figure._view_count for figure in figures) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)  # the kernel reads the browser's messages meanwhile

@@ -25,7 +25,7 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
-        retry_after_s: int | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -33,7 +33,7 @@ class APIError(Exception):
         self.type = type
         self.code = code
         self.param = param
-        self.retry_after_s = retry_after_s  # an HTTP answer's Retry-After: when to try again
+        self.headers = headers  # the HTTP headers the answer carries (a rate limit's, a retry's), if any
 
     def fields(self) -> dict[str, Any]:
         return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
@@ -42,14 +42,25 @@ class APIError(Exception):
         """HTTP: ``{"error": {message, type, param, code}}``."""
         return {"error": self.fields()}
 
-    def ws_event(self) -> dict[str, Any]:
-        """WebSocket mode: the error nested under ``error``, with the HTTP status beside it.
+    def ws_event(self, stream_id: str | None = None) -> dict[str, Any]:
+        """WebSocket mode: the error nested under ``error``, with the HTTP status beside it, and
+        the lane it is about (``stream_id``) when that is a named one.
 
         The code is always a string here (the Open Responses schema requires one): an error
-        with no specific code carries its type.
+        with no specific code carries its type. Headers an HTTP answer would carry (a rate
+        limit's) are in ``error.headers``, as the API's WebSocket errors have them.
+
+        >>> err = rate_limited("Slow down.", headers={"x-ratelimit-limit-requests": "1"})
+        >>> err.ws_event("lane-a")["error"]["headers"], err.ws_event("lane-a")["stream_id"]
+        ({'x-ratelimit-limit-requests': '1'}, 'lane-a')
         """
         fields = {**self.fields(), "code": self.code or self.type}
-        return {"type": ERROR, "status": self.status, "error": fields}
+        if self.headers:
+            fields["headers"] = dict(self.headers)
+        event = {"type": ERROR, "status": self.status, "error": fields}
+        if stream_id is not None:
+            event["stream_id"] = stream_id
+        return event
 
     def sse_event(self, sequence_number: int) -> dict[str, Any]:
         """SSE: the error's fields flat (as the official SDK reads them) and nested under
@@ -93,9 +104,11 @@ def authentication_error(message: str = "Incorrect API key provided.") -> APIErr
     return APIError(401, message, type="authentication_error", code="invalid_api_key")
 
 
-def rate_limited(message: str, code: str = "rate_limit_exceeded") -> APIError:
+def rate_limited(
+    message: str, code: str = "rate_limit_exceeded", headers: dict[str, str] | None = None
+) -> APIError:
     """429: the client must slow down (a per-key limit, or a full WebSocket queue)."""
-    return APIError(429, message, type="rate_limit_error", code=code)
+    return APIError(429, message, type="rate_limit_error", code=code, headers=headers)
 
 
 def too_large(message: str) -> APIError:
@@ -111,8 +124,8 @@ def database_unavailable(cause: str, *, locked: bool) -> APIError:
     full disk): nothing the client did, and a retry may well succeed.
 
     >>> err = database_unavailable("database is locked", locked=True)
-    >>> err.status, err.code, err.retry_after_s
-    (503, 'database_unavailable', 1)
+    >>> err.status, err.code, err.headers
+    (503, 'database_unavailable', {'retry-after': '1'})
     """
     why = (
         "its database is locked by another process" if locked else f"its database cannot be written ({cause})"
@@ -123,7 +136,7 @@ def database_unavailable(cause: str, *, locked: bool) -> APIError:
         f"Retry in {RETRY_AFTER_S} s.",
         type="server_error",
         code="database_unavailable",
-        retry_after_s=RETRY_AFTER_S,
+        headers={"retry-after": str(RETRY_AFTER_S)},
     )
 
 

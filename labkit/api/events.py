@@ -50,6 +50,7 @@ class ResponseEvents:
     def __init__(self, response: dict[str, Any]) -> None:
         self.response = response
         self.sequence_number = 0
+        self.ended = False  # its terminal event has been sent
         self._item: dict[str, Any] | None = None
         self._text: list[str] = []
 
@@ -72,6 +73,11 @@ class ResponseEvents:
     def finish(self, status: str, usage: dict[str, Any], incomplete_reason: str | None = None) -> Event:
         finish_response(self.response, status, usage, incomplete_reason=incomplete_reason)
         return self._event(types.TERMINAL_EVENT[status], response=self._snapshot())
+
+    def sent(self, event: Event) -> None:
+        """Note an event as sent: after the terminal one, the response has ended."""
+        if event["type"] in types.TERMINAL_EVENTS:
+            self.ended = True
 
     @property
     def output_index(self) -> int:
@@ -175,6 +181,31 @@ class ResponseEvents:
         events.append(self._event(types.OUTPUT_ITEM_DONE, output_index=index, item=json_copy(item)))
         self._item = None
         return events
+
+    # ------------------------------------------------------------ context_management: compaction
+
+    def begin_compaction(self, item_id: str) -> Event:
+        """A compaction output item opens: its summary is being sampled (its content comes at the end)."""
+        self._item = {"type": "compaction", "id": item_id, "encrypted_content": ""}
+        return self._event(
+            types.OUTPUT_ITEM_ADDED, output_index=self.output_index, item=json_copy(self._item)
+        )
+
+    def compacting(self) -> Event:
+        """``response.compaction.compacting``: more of the summary was sampled (it carries none of it)."""
+        assert self._item is not None, "no compaction item is open"
+        return self._event(
+            types.COMPACTION_COMPACTING, item_id=self._item["id"], output_index=self.output_index
+        )
+
+    def end_compaction(self, encrypted_content: str) -> Event:
+        """The compaction item is done: sealed, it joins the response's output."""
+        item, index = self._item, self.output_index
+        assert item is not None, "no compaction item is open"
+        item["encrypted_content"] = encrypted_content
+        self.response["output"].append(item)
+        self._item = None
+        return self._event(types.OUTPUT_ITEM_DONE, output_index=index, item=json_copy(item))
 
     # ------------------------------------------------------------ labkit extension: appended rollouts
 

@@ -91,6 +91,9 @@ class CreateBody(BaseModel):
     prompt_cache_key: str | None = None
     user: str | None = None
     safety_identifier: str | None = None
+    # Read so that they are refused or acted on, never silently ignored (``parse_create``).
+    conversation: Any = None
+    context_management: list[Any] | None = None
 
     @model_validator(mode="after")
     def _nulls_are_defaults(self) -> CreateBody:
@@ -101,12 +104,20 @@ class CreateBody(BaseModel):
 
 
 class CreateRequest:
-    """A validated create request: the body's fields plus normalized items and tools."""
+    """A validated create request: the body's fields plus normalized items and tools, and the
+    prompt size past which the response compacts first (``context_management``), if any."""
 
-    def __init__(self, body: CreateBody, items: list[dict[str, Any]], tools: list[dict[str, Any]]):
+    def __init__(
+        self,
+        body: CreateBody,
+        items: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        compact_threshold: int | None = None,
+    ):
         self.body = body
         self.items = items
         self.tools = tools
+        self.compact_threshold = compact_threshold
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.body, name)
@@ -192,11 +203,74 @@ def parse_create(raw: Any) -> CreateRequest:
     if not isinstance(raw, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
     body = validate(CreateBody, raw)
+    if body.conversation is not None:
+        raise invalid_request(
+            "labkit does not support 'conversation': it keeps no conversation objects. "
+            "Chain responses with 'previous_response_id' instead.",
+            param="conversation",
+            code="unsupported_parameter",
+        )
     items = _parse_input(body.input)
     tools = [parse_tool(raw_tool, f"tools[{i}]") for i, raw_tool in enumerate(body.tools or [])]
     if body.metadata is not None:
         check_metadata(body.metadata)
-    return CreateRequest(body, items, tools)
+    return CreateRequest(body, items, tools, compact_threshold(body.context_management))
+
+
+# The prompt size past which a response compacts first, when ``context_management`` names
+# compaction without a ``compact_threshold`` (labkit's choice: the SDK leaves it to the server).
+DEFAULT_COMPACT_THRESHOLD = 100_000
+
+
+def compact_threshold(entries: list[Any] | None) -> int | None:
+    """The prompt size (tokens) past which a response compacts first: ``context_management``'s one
+    ``compaction`` entry, or None. Any other entry type is refused.
+
+    >>> compact_threshold([{"type": "compaction", "compact_threshold": 5000}])
+    5000
+    >>> compact_threshold([{"type": "truncation"}])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    labkit.api.errors.APIError: Invalid value for 'context_management[0].type': ... only 'compaction'.
+    """
+    threshold = None
+    for i, entry in enumerate(entries or []):
+        param = f"context_management[{i}]"
+        if not isinstance(entry, dict):
+            raise invalid_request(
+                f"Invalid type for '{param}': expected an object.", param=param, code="invalid_type"
+            )
+        kind = entry.get("type")
+        if not isinstance(kind, str):
+            raise invalid_request(
+                f"Missing required parameter: '{param}.type'.",
+                param=f"{param}.type",
+                code="missing_required_parameter",
+            )
+        if kind != "compaction":
+            raise invalid_request(
+                f"Invalid value for '{param}.type': '{kind}' is not supported; labkit supports "
+                "only 'compaction'.",
+                param=f"{param}.type",
+                code="invalid_value",
+            )
+        if threshold is not None:
+            raise invalid_request(
+                f"Invalid value for '{param}': only one 'compaction' entry is allowed.",
+                param=param,
+                code="invalid_value",
+            )
+        value = entry.get("compact_threshold")
+        if value is None:
+            threshold = DEFAULT_COMPACT_THRESHOLD
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise invalid_request(
+                f"Invalid value for '{param}.compact_threshold': expected a positive integer.",
+                param=f"{param}.compact_threshold",
+                code="invalid_value",
+            )
+        else:
+            threshold = value
+    return threshold
 
 
 # The OpenAI API's limits on metadata: 16 pairs, keys up to 64 characters, values up to 512.

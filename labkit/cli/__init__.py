@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=limits.MAX_UNREAD_BYTES,
         metavar="N",
         help="events a client may leave unread, per WebSocket connection or SSE stream; past it its "
-        "responses are cut (WebSocket close 1008, SSE error client_too_slow)",
+        "responses are cut (WebSocket close 1008, SSE response.failed client_too_slow)",
     )
     p.add_argument(
         "--max-traces",

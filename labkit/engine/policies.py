@@ -67,6 +67,16 @@ class TurnContext:
                 return content_text(item.get("content"))
         return ""
 
+    def redirected(self) -> bool:
+        """Whether the latest user message cut into an answer: it follows an assistant message
+        left ``incomplete`` (a steered response's, as its successor sees the conversation)."""
+        for item in reversed(self.items):
+            kind, role = item.get("type", "message"), item.get("role")
+            if kind == "message" and role == "user":
+                continue
+            return kind == "message" and role == "assistant" and item.get("status") == "incomplete"
+        return False
+
     def function_tools(self) -> list[Item]:
         return [t for t in self.tools if t.get("type") == "function"]
 
@@ -143,6 +153,13 @@ class GenericPolicy:
         return Call(name=str(tool.get("name")), arguments=json.dumps(args))
 
     def _answer(self, ctx: TurnContext) -> str:
+        if ctx.redirected():  # visibly answer the correction that cut the last answer short
+            asked = " ".join(ctx.last_user_text().split())
+            quote = asked if len(asked) <= 120 else asked[:119] + "…"
+            return f'Changing course, as you asked: "{quote}" ' + self._reply(ctx)
+        return self._reply(ctx)
+
+    def _reply(self, ctx: TurnContext) -> str:
         asked = ctx.last_user_text()
         cap = self.max_output_tokens
         target = token_target(asked)

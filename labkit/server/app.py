@@ -26,7 +26,6 @@ from labkit.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server import http
 from labkit.server.auth import KeyLimiter, Keys, RequestsPerKey
 from labkit.server.billing import LEDGER_BUSY_TIMEOUT_S, Ledger
-from labkit.server.compact import compact_endpoint
 from labkit.server.database import Database
 from labkit.server.datadir import DB_ENV, default_db
 from labkit.server.pipeline import Pipeline
@@ -68,7 +67,7 @@ class ServerConfig:
 ROUTES = [
     Route("/v1/responses", http.create_response, methods=["POST"]),
     WebSocketRoute("/v1/responses", websocket_endpoint),
-    Route("/v1/responses/compact", compact_endpoint, methods=["POST"]),
+    Route("/v1/responses/compact", http.compact_endpoint, methods=["POST"]),
     Route("/v1/responses/{response_id}", http.retrieve_response, methods=["GET"]),
     Route("/v1/responses/{response_id}", http.delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),

@@ -19,7 +19,7 @@ from labkit.api.events import ResponseEvents
 from labkit.api.ids import new_item_id
 from labkit.api.requests import check_new_items, parse_item, stored_form
 from labkit.server.pipeline import Emit, Pipeline
-from labkit.server.responder import finish, infer
+from labkit.server.responder import finish, infer, run_events
 from labkit.server.turn import Conversation, Turn
 
 Item = dict[str, Any]
@@ -29,19 +29,17 @@ async def respond_appended(
     pipeline: Pipeline, turn: Turn, emit: Emit, next_append: Callable[[], Awaitable[list[Any]]]
 ) -> Conversation:
     """Sample segment after segment, pausing at each function call until the client appends."""
-    events, send = ResponseEvents(turn.response), pipeline.sender(turn, emit)
-    try:
-        for event in events.start():
-            await send(event)
+
+    async def run(events: ResponseEvents, send: Emit) -> Conversation:
         while True:
-            truncated, paused = await infer(pipeline, turn, events, send)
-            if truncated or not paused:
-                return await finish(pipeline, turn, events, send, truncated)
+            stopped, paused = await infer(pipeline, turn, events, send)
+            if stopped or not paused:
+                return await finish(pipeline, turn, events, send, stopped)
             await send(events.pause(turn.unsettled()[0]))
             turn.next_segment()
             await resume(pipeline, turn, next_append, emit)
-    finally:
-        pipeline.bill_if_abandoned(turn)
+
+    return await run_events(pipeline, turn, emit, run)
 
 
 async def resume(

@@ -72,6 +72,10 @@ class Keys:
         return owner_of_key(key)
 
 
+# The API's rate-limit headers for a cap on requests: its size, and what remains of it.
+RATE_LIMIT_HEADERS = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests")
+
+
 class KeyLimiter:
     """Per-key caps on open WebSocket connections and on requests in flight; ``None`` is no cap.
 
@@ -97,14 +101,19 @@ class KeyLimiter:
 
     @contextmanager
     def request(self, owner: str) -> Iterator[None]:
-        with self._hold(self.requests, owner, self.max_requests, "requests in flight"):
+        """A request in flight; refused past the cap with the API's rate-limit headers (the cap,
+        and none remaining), over HTTP as headers and over WebSocket in the error event."""
+        with self._hold(self.requests, owner, self.max_requests, "requests in flight", RATE_LIMIT_HEADERS):
             yield
 
     @staticmethod
     @contextmanager
-    def _hold(counts: Counter[str], owner: str, cap: int | None, what: str) -> Iterator[None]:
+    def _hold(
+        counts: Counter[str], owner: str, cap: int | None, what: str, headers: tuple[str, str] | None = None
+    ) -> Iterator[None]:
         if cap is not None and counts[owner] >= cap:
-            raise rate_limited(f"Too many {what} for this API key (at most {cap} at once).")
+            limit = {headers[0]: str(cap), headers[1]: "0"} if headers else None
+            raise rate_limited(f"Too many {what} for this API key (at most {cap} at once).", headers=limit)
         counts[owner] += 1
         try:
             yield
@@ -145,6 +154,8 @@ class RequestsPerKey:
             try:
                 held.enter_context(limits.connection(owner) if subscription else limits.request(owner))
             except APIError as err:
-                await JSONResponse(err.body(), status_code=err.status)(scope, receive, send)
+                await JSONResponse(err.body(), status_code=err.status, headers=err.headers)(
+                    scope, receive, send
+                )
                 return
             await self.app(scope, receive, send)

@@ -1,4 +1,8 @@
-"""``POST /v1/responses/compact``: a long window in, a short window out that a response can start from.
+"""Compaction: a long window in, a short window out that a response can start from.
+
+Two ways in: ``POST /v1/responses/compact`` (``compact``; its endpoint is in
+``labkit.server.http``), and a create's ``context_management``, which has the response compact
+its own input first (``compact_first``).
 
 The window is the conversation of ``previous_response_id`` (read from the store, as
 over HTTP) followed by ``input``. The answer is the compact resource::
@@ -23,22 +27,18 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-
 from labkit.api.compaction import OBJECT, Payload, open_payload, seal
-from labkit.api.errors import APIError, invalid_request
+from labkit.api.errors import invalid_request
+from labkit.api.event_types import OUTPUT_TEXT_DELTA
 from labkit.api.events import Event, ResponseEvents
-from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.ids import new_id
 from labkit.api.requests import CreateBody, CreateRequest, parse_compact
 from labkit.api.responses import usage
+from labkit.api.stages import Source, Stage
 from labkit.engine.policies import Say
-from labkit.engine.render import content_text, encode_block, item_block
-from labkit.server.http import error_response, pipeline_of, read_json
-from labkit.server.pipeline import Pipeline
-from labkit.server.requested_design import requested_design
-from labkit.server.traces import Trace
+from labkit.engine.render import TokenBuffer, content_text, encode_block, item_block
+from labkit.server.pipeline import Emit, Pipeline
+from labkit.server.render_cache import append_rendered
 from labkit.server.turn import Turn
 from labkit.text.tokenizer import decode, encode_text
 
@@ -47,23 +47,6 @@ Item = dict[str, Any]
 # Each excerpt in a summary: about 1/25 of the window it replaces, within these bounds (tokens).
 EXCERPT_MIN, EXCERPT_MAX = 8, 96
 LAST_LINES = ("Last assistant message: ", "Last tool result: ")
-
-
-async def compact_endpoint(request: Request) -> Response:
-    """``POST /v1/responses/compact``: the compact resource as JSON (no streaming)."""
-    pipeline = pipeline_of(request)
-    trace = Trace()
-    try:
-        design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
-        client = (request.client.host, request.client.port) if request.client else None
-        await pipeline.connect(trace, client)
-        await pipeline.uplink(trace)
-        owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
-        turn = Turn(design=design, owner=owner, trace=trace)
-        resource = await compact(pipeline, turn, await read_json(request))
-    except APIError as err:
-        return error_response(err)
-    return JSONResponse(resource)
 
 
 async def compact(pipeline: Pipeline, turn: Turn, body: Any) -> dict[str, Any]:
@@ -93,6 +76,40 @@ async def compact(pipeline: Pipeline, turn: Turn, body: Any) -> dict[str, Any]:
         "output": [*kept, item],
         "usage": usage(turn.prompt_tokens, turn.cached_tokens, turn.produced),
     }
+
+
+async def compact_first(pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit) -> None:
+    """``context_management``: a response whose rendered input is past its ``compact_threshold``
+    compacts it first, as ``POST /v1/responses/compact`` would, inside the response.
+
+    The model reads the window (a prefill) and samples the summary (one
+    ``response.compaction.compacting`` event per chunk, carrying none of it), which becomes a
+    ``compaction`` output item. The window is then the user messages and that item: rendered
+    anew, it is the prompt the response goes on with (its own prefill), and what a follow-up
+    continues. ``usage`` counts both prompts and the summary's tokens.
+    """
+    assert turn.req is not None
+    kept, payload = summarize(turn.items)
+    async with pipeline.queue(turn):
+        await pipeline.prefill(turn)
+        await send(events.begin_compaction(new_id("cmp")))
+
+        async def compacting(event: Event) -> None:
+            if event["type"] == OUTPUT_TEXT_DELTA:  # only the pace of the summary shows
+                await send(events.compacting())
+
+        scratch = ResponseEvents({"output": []})  # the summary is not a message of the response
+        await pipeline.decode(turn, scratch, [Say(payload.summary)], compacting)
+    await send(events.end_compaction(seal(payload, turn.owner)))
+    with turn.trace.stage(Stage.RENDER) as span:  # the compacted window, rendered anew
+        buffer = TokenBuffer.start(turn.req.instructions, turn.req.tools)
+        await append_rendered(buffer, kept, span)
+        span.items, span.tokens = len(kept), buffer.encoded
+        span.detail["cache"], span.detail["compacted"] = Source.NONE, True
+    turn.compacted, turn.appended, turn.settled = kept, [], 0
+    turn.buffer, turn.hasher = buffer, None
+    pipeline.settle(turn)  # the compaction item, from the summary's sampled ids
+    span.detail["prompt_tokens"] = len(buffer)
 
 
 def accept_compaction(turn: Turn, body: Any) -> list[Item]:

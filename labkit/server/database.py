@@ -43,7 +43,7 @@ class DatabaseUnavailable(APIError):
     def __init__(self, cause: str, *, locked: bool) -> None:
         err = database_unavailable(cause, locked=locked)
         super().__init__(
-            err.status, err.message, type=err.type, code=err.code, retry_after_s=err.retry_after_s
+            err.status, err.message, type=err.type, code=err.code, headers=err.headers
         )
         self.cause, self.locked = cause, locked
 

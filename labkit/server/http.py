@@ -17,18 +17,18 @@ from labkit.api.errors import (
     APIError,
     as_api_error,
     invalid_request,
-    rate_limited,
     response_not_found,
     too_large,
 )
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.sse import frame
+from labkit.server.compact import compact
 from labkit.server.network import drop_if_stuck, transport_of
 from labkit.server.outbox import Outbox, SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
-from labkit.server.responder import CLIENT_TOO_SLOW, cut, prepare, respond
+from labkit.server.responder import CLIENT_TOO_SLOW, ResponseFailed, cut, failed_event, prepare, respond
 from labkit.server.traces import Trace
 from labkit.server.turn import Turn
 
@@ -42,8 +42,7 @@ def owner_of(request: Request) -> str:
 
 
 def error_response(err: APIError) -> JSONResponse:
-    retry = {"retry-after": str(err.retry_after_s)} if err.retry_after_s is not None else None
-    return JSONResponse(err.body(), status_code=err.status, headers=retry)
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
 log = logging.getLogger("uvicorn.error")  # the server's own log, as uvicorn configures it
@@ -113,6 +112,8 @@ async def create_response(request: Request) -> Response:
         )
     try:
         await respond(pipeline, turn, emit=_discard)
+    except ResponseFailed as failed:
+        return error_response(failed.error)
     except Exception as exc:
         return error_response(as_api_error(exc))
     return JSONResponse(turn.response)
@@ -135,9 +136,11 @@ async def sse_stream(
     its reason in the trace) and the stream ends with a ``client_too_slow`` error; if the client
     has not taken everything sent within ``LAST_FRAME_GRACE_S``, its connection is dropped.
 
-    A failure ends the stream with an error event numbered after the last event the turn
-    produced (queued, not only sent). An event that cannot be framed ends it the same way,
-    in its place, so the body is never cut short without a last, well-formed frame.
+    A failure after ``response.created`` ends the stream with ``response.failed`` (``respond``
+    sends it), one before it (or an event that cannot be framed, in its place) with an error
+    event numbered after the last event the turn produced (queued, not only sent), so the body
+    is never cut short without a last, well-formed frame. A cut ends it with ``response.failed``
+    too: the Response, failed with ``client_too_slow``.
     """
     produced = -1  # the sequence number of the last event the turn emitted
 
@@ -157,6 +160,8 @@ async def sse_stream(
             await respond(pipeline, turn, emit)
         except SlowReader as slow:
             cut(pipeline, turn, slow.reason)
+        except ResponseFailed:
+            pass  # its response.failed is the last frame
         except Exception as exc:
             with contextlib.suppress(SlowReader):
                 outbox.put(frame(as_api_error(exc).sse_event(produced + 1)))
@@ -169,8 +174,10 @@ async def sse_stream(
             async for data in outbox:
                 yield data
         except SlowReader as slow:
-            message = f"The client read too slowly: {slow.reason}. The response was cut."
-            yield frame(rate_limited(message, code=CLIENT_TOO_SLOW).sse_event(produced + 1))
+            if turn.response.get("status") != "failed":  # ``cut`` marks it, in the turn's task
+                message = f"The client read too slowly: {slow.reason}. The response was cut."
+                turn.response.update(status="failed", error={"code": CLIENT_TOO_SLOW, "message": message})
+            yield frame(failed_event(turn.response, produced + 1))
     finally:
         if not task.done():
             task.cancel()
@@ -268,3 +275,20 @@ async def list_models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
+
+
+async def compact_endpoint(request: Request) -> Response:
+    """``POST /v1/responses/compact``: the compact resource as JSON (no streaming)."""
+    pipeline = pipeline_of(request)
+    trace = Trace()
+    try:
+        design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
+        client = (request.client.host, request.client.port) if request.client else None
+        await pipeline.connect(trace, client)
+        await pipeline.uplink(trace)
+        owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
+        turn = Turn(design=design, owner=owner, trace=trace)
+        resource = await compact(pipeline, turn, await read_json(request))
+    except APIError as err:
+        return error_response(err)
+    return JSONResponse(resource)

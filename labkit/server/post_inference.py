@@ -26,6 +26,14 @@ from labkit.server.store import ResponseStore
 from labkit.server.turn import Turn
 
 
+def output_text(item: dict[str, Any]) -> str:
+    """What the output classifier reads of an output item: a message's text, a call's arguments;
+    nothing of a compaction item (a summary of the window the input classifier already read)."""
+    if item["type"] == "message":
+        return content_text(item.get("content"))
+    return str(item.get("arguments", ""))
+
+
 class PostInference:
     """The stages after inference (see the module's docstring)."""
 
@@ -37,9 +45,7 @@ class PostInference:
     async def output_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
         """Scan the output's text; its tokens are the ones the model sampled (not tokenized again)."""
         with turn.trace.stage(Stage.OUTPUT_SAFETY) as span:
-            texts = [
-                content_text(i.get("content")) if i["type"] == "message" else i["arguments"] for i in items
-            ]
+            texts = [output_text(i) for i in items]
             sampled = sum(map(len, turn.output_ids))
             result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts, tokens=sampled)
             span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
@@ -88,7 +94,10 @@ class PostInference:
             # An appended rollout's tool results are inputs too (stored after the first input).
             inputs = turn.new_items + [i for i in turn.appended if i not in output]
             parent = req.previous_response_id
-            if parent and turn.from_connection_cache and not await self.store.has(turn.owner, parent):
+            if turn.compacted is not None:
+                # Compacted (context_management): the chain starts again from the compacted window.
+                inputs, parent = turn.compacted + [i for i in turn.appended if i not in output], None
+            elif parent and turn.from_connection_cache and not await self.store.has(turn.owner, parent):
                 # The history came from an unstored response: store it whole, so it is not lost.
                 inputs, parent = turn.history + inputs, None
             await self.store.save(turn.owner, turn.response, inputs, output, parent=parent)

@@ -76,11 +76,10 @@ class PreInference:
         assert req is not None
         with turn.trace.stage(Stage.HYDRATION) as span:
             prev = req.previous_response_id
-            cached = turn.cached if turn.design.connection_cache else None
             if prev is None:
                 turn.history, turn.source = [], Source.NONE
-            elif cached is not None and cached.response["id"] == prev:
-                turn.history, turn.source = cached.items, Source.CONNECTION_CACHE
+            elif turn.parent is not None:  # the connection cache's answer (``Turn.parent``)
+                turn.history, turn.source = turn.parent.items, Source.CONNECTION_CACHE
             else:
                 items = await self.store.conversation(turn.owner, prev)
                 if items is None:
@@ -144,7 +143,7 @@ class PreInference:
         req = turn.req
         assert req is not None
         with turn.trace.stage(Stage.ROUTING) as span:
-            cached = turn.cached if turn.from_connection_cache else None
+            cached = turn.parent
             if cached is not None and cached.model.name == req.model:
                 turn.model, turn.replica, span.detail["reused"] = cached.model, cached.replica, True
                 return

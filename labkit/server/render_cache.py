@@ -10,8 +10,9 @@ conversation's token ids and the prefix-cache hashes of its full blocks) and the
 - the sprint's ``RenderCache``, one per server, shared by every connection and owner (API
   key): buffers stored under the digest of their owner, system block and items; the least
   recently used goes first, past a bound on the bytes its entries hold;
-- the connection cache: each WebSocket lane's latest ``Conversation``
-  (``labkit.server.turn``), whose buffer and hasher the lane's next response continues.
+- the connection cache (``labkit.server.connection_cache``): each WebSocket lane's latest
+  ``Conversation`` (``labkit.server.turn``), whose buffer and hasher the response that
+  continues it (on its lane, or forked onto another) goes on with.
 
 **Who writes.** ``Renderings`` is the one way in: ``start`` (the render stage) only
 reads, and ``keep`` (the retain stage) is the only writer of the ``RenderCache``. A
@@ -184,7 +185,7 @@ class Renderings:
         assert req is not None
         system = system_digest(req.instructions, req.tools)
         reuse = turn.plan[Stage.RENDER].over is Over.NEW
-        cached = turn.cached if turn.from_connection_cache else None
+        cached = turn.parent
         if reuse and cached is not None and cached.buffer.system_digest == system:
             span.detail["cache"] = Source.CONNECTION_CACHE
             turn.hasher = cached.hasher.copy() if cached.hasher else None

@@ -5,21 +5,40 @@
 through ``emit`` and returns the conversation a follow-up can reuse; ``infer``
 is one sampling segment of it. ``labkit.server.appended`` is the prototype's
 variant of ``respond``; ``cut`` records a response whose client stopped reading.
+
+A failure after ``response.created`` ends the response with ``response.failed`` (the Response,
+``status: failed`` and its ``error``) and raises ``ResponseFailed``: the events are over, and
+nothing more is sent for it. A failure before that raises as it is, for the transport to
+answer with an error.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from labkit.api.events import ResponseEvents
+from labkit.api.errors import APIError, as_api_error
+from labkit.api.event_types import RESPONSE_FAILED
+from labkit.api.events import Event, ResponseEvents, json_copy
 from labkit.api.responses import usage
 from labkit.api.stages import Stage
 from labkit.engine.policies import Call
+from labkit.server.compact import compact_first
+from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.trace_stream import trace_event
 from labkit.server.turn import Conversation, Turn
 
 CLIENT_TOO_SLOW = "client_too_slow"  # the error code of a response cut for its slow reader
+
+
+class ResponseFailed(Exception):
+    """A response failed after ``response.created``; its ``response.failed`` has been sent."""
+
+    def __init__(self, error: APIError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
@@ -35,45 +54,87 @@ async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
 
 async def respond(pipeline: Pipeline, turn: Turn, emit: Emit) -> Conversation:
     """Inference and post-inference for a prepared turn, streaming events through ``emit``."""
+
+    async def run(events: ResponseEvents, send: Emit) -> Conversation:
+        assert turn.req is not None
+        threshold = turn.req.compact_threshold
+        if threshold is not None and turn.buffer is not None and len(turn.buffer) > threshold:
+            await compact_first(pipeline, turn, events, send)
+        stopped, _ = await infer(pipeline, turn, events, send)
+        return await finish(pipeline, turn, events, send, stopped)
+
+    return await run_events(pipeline, turn, emit, run)
+
+
+async def run_events(
+    pipeline: Pipeline, turn: Turn, emit: Emit, run: Callable[[ResponseEvents, Emit], Awaitable[Conversation]]
+) -> Conversation:
+    """A response's events: ``response.created`` and ``response.in_progress``, then ``run``'s, and
+    ``response.failed`` if it fails after them (``ResponseFailed``); a response that ended early
+    still pays for its prompt."""
     events, send = ResponseEvents(turn.response), pipeline.sender(turn, emit)
+    created = False
     try:
         for event in events.start():
             await send(event)
-        truncated, _ = await infer(pipeline, turn, events, send)
-        return await finish(pipeline, turn, events, send, truncated)
+            created = True
+        return await run(events, send)
+    except (asyncio.CancelledError, SlowReader, ResponseFailed):
+        raise
+    except Exception as exc:
+        if not created or events.ended:
+            raise  # before response.created, or after its terminal event: not a response's end
+        error = as_api_error(exc)
+        await emit(fail(turn, events, error))
+        raise ResponseFailed(error) from exc
     finally:
         pipeline.bill_if_abandoned(turn)
 
 
-async def infer(pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit) -> tuple[bool, bool]:
+def fail(turn: Turn, events: ResponseEvents, error: APIError) -> Event:
+    """``response.failed``: the Response, ``status: failed``, with the error that ended it."""
+    turn.response["error"] = {"code": error.code or "server_error", "message": error.message}
+    return events.finish("failed", usage(turn.prompt_tokens, turn.cached_tokens, turn.produced))
+
+
+def failed_event(response: dict[str, Any], sequence_number: int) -> Event:
+    """``response.failed`` for a response already marked failed (a cut: ``cut``), numbered after
+    the last event it produced."""
+    return {"type": RESPONSE_FAILED, "response": json_copy(response), "sequence_number": sequence_number}
+
+
+async def infer(
+    pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit
+) -> tuple[str | None, bool]:
     """One sampling segment: a slot, the prefill, then the policy's actions decoded (unless the
-    request asked for the prefill alone); returns (truncated, paused on a call)."""
+    request asked for the prefill alone); returns why it stopped early (``max_output_tokens``,
+    ``steered``, or None) and whether it paused on a call."""
     assert turn.req is not None
     async with pipeline.queue(turn):
         await pipeline.prefill(turn)
         if not turn.req.generate:
-            return False, False
+            return None, False
         actions = turn.next_actions()
         await pipeline.downlink(turn)  # a resumed segment's first event: the network before decoding
-        truncated = await pipeline.decode(turn, events, actions, send)
-    return truncated, bool(actions) and isinstance(actions[-1], Call)
+        stopped = await pipeline.decode(turn, events, actions, send)
+    return stopped, bool(actions) and isinstance(actions[-1], Call) and stopped is None
 
 
 async def finish(
-    pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit, truncated: bool
+    pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit, stopped: str | None
 ) -> Conversation:
     """Post-inference work, the terminal event, and the conversation a follow-up can reuse."""
-    status = "incomplete" if truncated else "completed"
+    status = "incomplete" if stopped else "completed"
     await pipeline.output_safety(turn, turn.response["output"])
     pipeline.retain(turn)
-    reason = "max_output_tokens" if truncated else None
-    terminal = events.finish(status, usage(turn.prompt_tokens, turn.cached_tokens, turn.produced), reason)
+    terminal = events.finish(status, usage(turn.prompt_tokens, turn.cached_tokens, turn.produced), stopped)
     await pipeline.storage(turn)
     # Blocking billing holds the answer back; overlapped billing runs beside the next request.
     overlapped = turn.plan[Stage.BILLING].overlapped
     if not overlapped:
         await pipeline.bill(turn, status)
     await send(terminal)
+    events.sent(terminal)
     if overlapped:
         await pipeline.bill(turn, status)
     if pipeline.feed.wants(turn.owner):  # the spans' JSON costs more than the rest of finishing

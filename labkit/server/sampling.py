@@ -10,6 +10,7 @@ runs them for a response, ``labkit.server.compact`` for a compaction pass.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import lru_cache
@@ -17,7 +18,7 @@ from functools import lru_cache
 from labkit.api.events import Event, ResponseEvents
 from labkit.api.ids import new_id, new_item_id
 from labkit.api.stages import Stage
-from labkit.engine.policies import Action, Call
+from labkit.engine.policies import Action, Call, Say
 from labkit.engine.render import GENERATION_PROMPT
 from labkit.server.slots import EngineSlots
 from labkit.server.turn import Turn
@@ -58,22 +59,36 @@ class Sampling:
         turn.prompt_tokens += prefill.prompt_tokens
         turn.cached_tokens += prefill.cached_tokens
 
-    async def decode(self, turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit) -> bool:
-        """Sample the actions' tokens, each chunk an event through ``emit``; True if
-        ``max_output_tokens`` cut them short."""
+    async def decode(
+        self, turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit
+    ) -> str | None:
+        """Sample the actions' tokens, each chunk an event through ``emit``; returns why sampling
+        stopped early: ``max_output_tokens``, ``steered`` (``SAFE_BOUNDARIES``), or None."""
         with turn.trace.stage(Stage.DECODE) as span:
             before = turn.produced
-            truncated = await _sample(turn, events, actions, emit)
+            stopped = await _sample(turn, events, actions, emit)
             span.tokens, span.items = turn.produced - before, len(actions)
-        return truncated
+            if stopped:
+                span.detail["stopped"] = stopped
+        return stopped
 
 
-async def _sample(turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit) -> bool:
-    """Every action's tokens on one decode clock; True if max_output_tokens cut it."""
+MAX_OUTPUT_TOKENS, STEERED = "max_output_tokens", "steered"  # why sampling stops early
+SAFE_BOUNDARIES = """Where a response with steering input waiting stops: before an output item, and
+in a message's text right after a token that ends a sentence (``.``, ``!``, ``?``) or holds a
+line break, so a long answer is redirected within a sentence of the steer. A function call's
+arguments are never cut: the call completes (and the client's tool result is then awaited)."""
+
+
+async def _sample(turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit) -> str | None:
+    """Every action's tokens on one decode clock; why it stopped early, if it did."""
     assert turn.req is not None and turn.replica is not None and turn.model is not None
     budget = turn.req.max_output_tokens
     clock = turn.replica.decode(turn.model)
+    steering = turn.steering
     for action in actions:
+        if steering is not None and steering.steer_requested:
+            return STEERED  # a boundary: before an item
         if isinstance(action, Call):
             opening = events.begin_call(new_item_id("function_call"), new_id("call"), action.name)
             body = action.arguments
@@ -85,16 +100,47 @@ async def _sample(turn: Turn, events: ResponseEvents, actions: Sequence[Action],
         ids = answer_ids(body)
         room = len(ids) if budget is None else max(0, budget - turn.produced)
         sampled = ids[:room]
-        async for chunk in clock.pace(sampled):
-            await emit(events.delta(decode(chunk)))
-        turn.produced += len(sampled)
-        turn.output_ids.append(list(sampled))
-        truncated = len(sampled) < len(ids)
-        for event in events.end_item("incomplete" if truncated else "completed"):
+        stopped = MAX_OUTPUT_TOKENS if len(sampled) < len(ids) else None
+        steerable = steering if isinstance(action, Say) else None  # a call is never cut
+        sent, at_boundary = 0, False
+        async with contextlib.aclosing(clock.pace(sampled)) as chunks:
+            async for chunk in chunks:
+                if steerable is not None and steerable.steer_requested:
+                    cut = 0 if at_boundary else _boundary_in(chunk)
+                    if cut is not None:
+                        if cut:
+                            await emit(events.delta(decode(chunk[:cut])))
+                        sent, stopped = sent + cut, STEERED
+                        break
+                await emit(events.delta(decode(chunk)))
+                sent += len(chunk)
+                at_boundary = ends_sentence(chunk[-1])
+        turn.produced += sent
+        turn.output_ids.append(list(sampled[:sent]))
+        for event in events.end_item("incomplete" if stopped else "completed"):
             await emit(event)
-        if truncated:
-            return True
-    return False
+        if stopped:
+            return stopped
+    return None
+
+
+def _boundary_in(chunk: Sequence[int]) -> int | None:
+    """How many tokens of ``chunk`` to send before stopping at its first boundary, if it has one."""
+    for i, token in enumerate(chunk):
+        if ends_sentence(token):
+            return i + 1
+    return None
+
+
+@lru_cache(maxsize=4096)
+def ends_sentence(token: int) -> bool:
+    """Whether a token ends a sentence or a line (``SAFE_BOUNDARIES``).
+
+    >>> [ends_sentence(t) for t in encode_text("Done. Next")]
+    [False, True, False]
+    """
+    text = decode([token])
+    return "\n" in text or text.rstrip().endswith((".", "!", "?"))
 
 
 @lru_cache(maxsize=16)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from labkit.api.requests import CreateRequest
 from labkit.api.stages import Source
@@ -29,6 +29,13 @@ class Conversation:
     hasher: PrefixHasher | None = None  # the render cache's running digest over ``items``
 
 
+class SteerSignal(Protocol):
+    """What the sampler reads at each safe output boundary (``labkit.server.connection.Job``)."""
+
+    @property
+    def steer_requested(self) -> bool: ...
+
+
 @dataclass
 class Turn:
     """One response on its way through the pipeline."""
@@ -36,8 +43,12 @@ class Turn:
     design: Design
     owner: str
     trace: Trace = field(default_factory=Trace)
-    cached: Conversation | None = None  # the connection cache's latest conversation, if any
+    # The connection cache's one answer for this create (``ConnectionCache.serve``, asked once,
+    # when it started): the cached conversation it continues, or None. Every stage reads it here.
+    parent: Conversation | None = None
     pinned: Replica | None = None  # a connection's replica
+    steering: SteerSignal | None = None  # WebSocket mode: whether steering input waits for it
+    compacted: list[dict[str, Any]] | None = None  # context_management: the window after compaction
     req: CreateRequest | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     new_items: list[dict[str, Any]] = field(default_factory=list)
@@ -74,12 +85,16 @@ class Turn:
 
     @property
     def items(self) -> list[dict[str, Any]]:
-        """The input of this turn: history, new items and (appended rollouts) earlier segments."""
+        """The input of this turn: history, new items and (appended rollouts) earlier segments;
+        after a compaction (``context_management``), the compacted window in place of the first two."""
+        if self.compacted is not None:
+            return self.compacted + self.appended
         return self.history + self.new_items + self.appended
 
     def items_from(self, start: int) -> list[dict[str, Any]]:
         """``items[start:]``, without joining the history first (only the part asked for is read)."""
-        parts, result = (self.history, self.new_items, self.appended), []
+        window = (self.compacted,) if self.compacted is not None else (self.history, self.new_items)
+        parts, result = (*window, self.appended), []
         for part in parts:
             if start < len(part):
                 result += part[start:]
@@ -118,5 +133,5 @@ class Turn:
 
     @property
     def from_connection_cache(self) -> bool:
-        """Whether the history came from the connection cache (not from the store, nor absent)."""
-        return self.source is Source.CONNECTION_CACHE
+        """Whether this follow-up is served from the connection cache: the cache's answer, as given."""
+        return self.parent is not None

@@ -1,24 +1,16 @@
-"""WebSocket mode on ``/v1/responses``, in one module: the frame reader, the lanes' workers and the
-upgrade share one connection's bounds, held slots and cached conversations, so they are read together.
+"""WebSocket mode on ``/v1/responses``: the asyncio loop around one connection's rules.
 
-One socket, many responses, a connection-scoped cache. Each ``response.create`` frame runs
-through the same turn as HTTP, but a lane of the connection remembers its most recent
-response as a ``Conversation``. A follow-up that names it in ``previous_response_id`` sends
-only its new items: the history, its rendered tokens and the model routing come from
-memory, so the service works on the new input alone.
+The rules live in ``labkit.server.connection`` (``Connection``), which has no I/O: this module
+reads frames and hands them over, carries out what it answers (send this event, start this
+response, hand this append over), runs each response through the pipeline in a task of its
+own, and reports back when a response is created and when it ends. Around that it owns what
+only a running connection has: the socket and its writer (which cuts a client that reads too
+slowly, ``labkit.server.ws_writer``), the connection's lifetime, the replica it is pinned to,
+the per-key cap of requests in flight, and the upgrade.
 
-With the ``appended`` design (labkit extension), one ``response.create``
-starts a whole rollout as one response: it pauses with ``response.done`` at
-each function call and resumes on the client's ``response.append``.
-
-Lanes (``labkit.server.lanes``): a ``stream_id`` names a lane; responses on one lane run
-in order, lanes run concurrently. A connection holds a bounded amount for its client: at
-most ``limits.MAX_LANES`` lanes, ``limits.MAX_IN_FLIGHT`` responses running, and ``max_queued``
-creates (and ``max_queued_bytes`` of their frames) waiting; a create past those is
-answered with an error event (``websocket_queue_full``), never held. Whatever a frame
-holds, the worst it gets is an error event: the socket stays open and every lane keeps
-serving. Events leave through one writer, which cuts a client that reads too slowly
-(``labkit.server.ws_writer``).
+With the ``appended`` design (labkit extension), one ``response.create`` starts a whole rollout
+as one response: it pauses with ``response.done`` at each function call and resumes on the
+client's ``response.append``.
 """
 
 from __future__ import annotations
@@ -31,21 +23,30 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from labkit.api import safejson
-from labkit.api.errors import APIError, as_api_error, invalid_request, rate_limited, server_error
-from labkit.api.event_types import RESPONSE_APPEND, RESPONSE_CREATE
+from labkit.api.errors import APIError, as_api_error, invalid_request, server_error
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.designs import Design
 from labkit.engine.inference import Replica
-from labkit.limits import MAX_IN_FLIGHT, MAX_LANES, MAX_QUEUED_BYTES, MAX_QUEUED_CREATES, MAX_UNREAD_BYTES
+from labkit.limits import MAX_QUEUED_BYTES, MAX_QUEUED_CREATES, MAX_UNREAD_BYTES
 from labkit.server.appended import respond_appended
 from labkit.server.auth import KeyLimiter
-from labkit.server.lanes import Lane, check_stream_id, queue_append
+from labkit.server.connection import (
+    Action,
+    Append,
+    Arrive,
+    Connection,
+    Failed,
+    Finished,
+    Job,
+    Outcome,
+    Send,
+    Start,
+)
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
-from labkit.server.responder import cut, prepare, respond
+from labkit.server.responder import ResponseFailed, cut, prepare, respond
 from labkit.server.traces import Span, Trace
 from labkit.server.turn import Turn
 from labkit.server.ws_writer import ConnectionWriter, close
@@ -73,14 +74,11 @@ class WebSocketSession:
         self.lifetime_s = lifetime_s
         self.setup = list(setup or [])  # connection set-up spans, reported with the first response
         self.replica: Replica | None = None  # the connection is pinned to one replica
-        self.lanes: dict[str | None, Lane] = {}
+        self.connection = Connection(design, max_queued=max_queued, max_queued_bytes=max_queued_bytes)
         self.writer = ConnectionWriter(ws, max_unread_bytes, on_cut=self._cut)
-        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self.max_queued = max_queued
-        self.max_queued_bytes = max_queued_bytes
-        self.queued = 0  # creates waiting behind another on their lane
-        self.queued_bytes = 0  # the frames of every create not started yet
         self.limits = limits or KeyLimiter()
+        self.tasks: dict[Job, asyncio.Task[None]] = {}  # the responses running
+        self.appends: dict[Job, asyncio.Queue[list[Any]]] = {}  # appended rollouts' pending appends
 
     @property
     def slow(self) -> SlowReader | None:
@@ -98,26 +96,25 @@ class WebSocketSession:
                 frame = message.get("text")
                 if frame is None:
                     frame = message.get("bytes") or b""  # decoded (strictly) by safejson.loads
+                if self.slow is not None:
+                    continue  # being cut: nothing new starts; read on until the connection ends
                 try:
-                    await self.dispatch(frame)
-                except WebSocketDisconnect:
-                    raise
+                    self.act(self.connection.receive(frame))
                 except SlowReader:
-                    continue  # being cut: read on until the connection ends
+                    continue
                 except Exception:
                     if self.ws.application_state != WebSocketState.CONNECTED:
                         raise
                     # A bug, not the client's: answer the frame and keep the socket open.
                     with contextlib.suppress(SlowReader):
-                        await self.send(server_error().ws_event())
+                        self.send(server_error().ws_event())
         except (WebSocketDisconnect, RuntimeError):
             pass
         finally:
             expiry.cancel()
             self.writer.cancel()
-            for lane in self.lanes.values():
-                if lane.worker is not None:
-                    lane.worker.cancel()
+            for task in list(self.tasks.values()):
+                task.cancel()
             await self.writer.closed()
 
     async def _expire(self) -> None:
@@ -128,144 +125,123 @@ class WebSocketSession:
             code="websocket_connection_limit_reached",
         )
         with contextlib.suppress(SlowReader):  # a connection being cut closes anyway
-            await self.send(err.ws_event())
+            self.send(err.ws_event())
             self.writer.end()  # the writer closes (1000) after this last event
 
-    async def send(self, event: Event, stream_id: str | None = None) -> None:
-        """Queue an event for the writer, without waiting for the socket (``SlowReader`` past
-        the bound). Never suspends: every delta comes this way."""
+    def send(self, event: Event, stream_id: str | None = None) -> None:
+        """Queue an event for the writer, without waiting for the socket (``SlowReader`` past the
+        bound). Never suspends: every delta comes this way."""
         self.writer.put(event, stream_id)
+
+    async def emit(self, event: Event, stream_id: str | None = None) -> None:
+        self.writer.put(event, stream_id)
+
+    def act(self, actions: list[Action]) -> None:
+        """Carry out what the connection answered, in its order."""
+        for action in actions:
+            if isinstance(action, Send):
+                self.send(action.event)
+            elif isinstance(action, Start):
+                self.tasks[action.job] = asyncio.create_task(self._run(action.job))
+            elif isinstance(action, Append):
+                self.appends.setdefault(action.job, asyncio.Queue()).put_nowait(action.items)
+            elif isinstance(action, Arrive):  # the uplink, modeled as for a create, then the steer
+                uplink = self.pipeline.profile.network.one_way_s()
+                asyncio.get_running_loop().call_later(uplink, self._steer, action.payload)
+
+    def _steer(self, payload: dict[str, Any]) -> None:
+        if self.slow is not None or self.ws.application_state != WebSocketState.CONNECTED:
+            return
+        try:
+            self.act(self.connection.steer(payload))
+        except SlowReader:
+            pass
+        except Exception:  # a bug, not the client's: answer it, and keep the socket open
+            with contextlib.suppress(SlowReader):
+                self.send(server_error().ws_event())
 
     def _cut(self, slow: SlowReader) -> None:
         """The client left too much unread: every response of the connection ends now, its
         engine slot freed (the writer then closes the connection with the reason)."""
-        for lane in self.lanes.values():
-            if lane.worker is not None:
-                lane.worker.cancel()  # each records its cut (``_respond``)
+        for task in self.tasks.values():
+            task.cancel()  # each records its cut (``_respond``)
 
-    async def dispatch(self, frame: str | bytes) -> None:
-        """Route one client frame; a bad frame gets an error event, never a closed socket."""
-        if self.slow is not None:
-            return  # the connection is being cut: nothing new starts
+    async def _run(self, job: Job) -> None:
+        """One response, from start to its outcome, which goes back to the connection."""
+        outcome: Outcome = Failed()
         try:
-            payload = safejson.loads(frame, what="the WebSocket frame")
-        except APIError as err:
-            err.code = err.code or "invalid_json"
-            await self.send(err.ws_event())
-            return
-        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
-            err = invalid_request(
-                "A WebSocket frame must be a JSON object with a 'type'.", param="type", code="invalid_value"
-            )
-            await self.send(err.ws_event())
-            return
-        kind = payload["type"]
-        try:
-            if kind == RESPONSE_CREATE:
-                lane = self.lane(payload.get("stream_id"))
-                size = len(frame)
-                behind = lane.busy or not lane.queue.empty()  # an idle lane starts it at once
-                if (behind and self.queued >= self.max_queued) or (
-                    self.queued_bytes + size > self.max_queued_bytes
-                ):
-                    full = rate_limited(
-                        f"Too many responses waiting on this connection (at most {self.max_queued}, "
-                        f"{self.max_queued_bytes} bytes). Wait for one to finish, or use another stream.",
-                        code="websocket_queue_full",
-                    )
-                    await self.send(full.ws_event(), lane.stream_id)  # the lane's: it names the create
-                    return
-                body = {k: v for k, v in payload.items() if k not in ("type", "stream_id", "stream")}
-                self.queued, self.queued_bytes = self.queued + behind, self.queued_bytes + size
-                lane.queue.put_nowait((body, size, behind))
-            elif kind == RESPONSE_APPEND and self.design.appended:
-                queue_append(self.lanes, payload, self.max_queued)
-            else:
-                raise invalid_request(f"Unsupported event type '{kind}'.", param="type", code="unknown_event")
-        except APIError as err:
-            await self.send(err.ws_event())
+            with contextlib.ExitStack() as held:
+                try:
+                    held.enter_context(self.limits.request(self.owner))
+                except APIError as err:  # past the key's cap: refused before it starts, the cache kept
+                    self.send(err.ws_event(job.stream_id))
+                    outcome = Failed(evict=False)
+                else:
+                    outcome = await self._respond(job)
+        except (WebSocketDisconnect, asyncio.CancelledError, SlowReader):
+            self.tasks.pop(job, None)
+            return  # the connection is over (or being cut): nothing follows this response
+        except Exception:  # a lane must outlive any one response, or it is stuck for good
+            with contextlib.suppress(Exception):
+                self.send(server_error().ws_event(job.stream_id))
+        self.tasks.pop(job, None)
+        self.appends.pop(job, None)
+        with contextlib.suppress(SlowReader):
+            self.act(self.connection.finished(job, outcome))
 
-    def lane(self, stream_id: Any) -> Lane:
-        check_stream_id(stream_id)
-        lane = self.lanes.get(stream_id)
-        if lane is None:
-            named = sum(1 for key in self.lanes if key is not None)
-            if stream_id is not None and named >= MAX_LANES:
-                raise invalid_request(
-                    f"This connection already has {MAX_LANES} streams.",
-                    param="stream_id",
-                    code="websocket_stream_limit_reached",
-                )
-            lane = self.lanes[stream_id] = Lane(stream_id)
-            lane.worker = asyncio.create_task(self._work(lane))
-        return lane
-
-    async def _work(self, lane: Lane) -> None:
-        while True:
-            body, size, behind = await lane.queue.get()
-            lane.busy, self.queued = True, self.queued - behind
-            try:
-                async with self._in_flight:
-                    self.queued_bytes -= size
-                    size = 0
-                    await self.respond(lane, body)
-            except (WebSocketDisconnect, asyncio.CancelledError):
-                raise
-            except SlowReader:
-                return  # the connection is being cut: so is this lane
-            except Exception:  # the lane must outlive any one response, or it is stuck for good
-                with contextlib.suppress(Exception):
-                    await self.send(server_error().ws_event(), lane.stream_id)
-            finally:
-                self.queued_bytes -= size
-                lane.busy = False
-
-    async def respond(self, lane: Lane, body: dict[str, Any]) -> None:
-        """Run one response on a lane, using and then replacing the lane's cached conversation."""
-        with contextlib.ExitStack() as held:
-            try:
-                held.enter_context(self.limits.request(self.owner))
-            except APIError as err:  # past the key's cap: refused before it starts, the cache kept
-                await self.send(err.ws_event(), lane.stream_id)
-                return
-            await self._respond(lane, body)
-
-    async def _respond(self, lane: Lane, body: dict[str, Any]) -> None:
-        previous = body.get("previous_response_id")
-
-        emit = functools.partial(self.send, stream_id=lane.stream_id)  # no frame of its own per event
-        turn = Turn(design=self.design, owner=self.owner, cached=lane.cache, pinned=self.replica)
+    async def _respond(self, job: Job) -> Outcome:
+        emit = functools.partial(self.emit, stream_id=job.stream_id)  # no frame of its own per event
+        turn = Turn(
+            design=self.design, owner=self.owner, parent=job.parent, pinned=self.replica, steering=job
+        )
         turn.trace.spans.extend(self.setup)
         self.setup = []
         try:
-            if body.get("background"):
+            if job.body.get("background"):
                 raise invalid_request(
                     "background is not supported in WebSocket mode.",
                     param="background",
                     code="unsupported_value",
                 )
-            await self.pipeline.uplink(turn.trace)
-            await prepare(self.pipeline, turn, body)
-            # The lane's connection cache is replaced only here, by a finished response (its
-            # rendering's rules: labkit.server.render_cache).
+            if not job.automatic:  # a steered response's successor is the server's own: no request
+                await self.pipeline.uplink(turn.trace)
+            await prepare(self.pipeline, turn, job.body)
+            self.connection.created(job, turn.response["id"])
             if self.design.appended:
-                lane.in_rollout, lane.rollout_id = True, turn.response["id"]
-                lane.cache = await respond_appended(self.pipeline, turn, emit, lane.appends.get)
+                conversation = await respond_appended(self.pipeline, turn, emit, self._appends_of(job))
             else:
-                lane.cache = await respond(self.pipeline, turn, emit)
-            self.replica = lane.cache.replica
+                conversation = await respond(self.pipeline, turn, emit)
+            self.replica = conversation.replica
+            return Finished(conversation, turn.response["status"], client_calls(turn.response))
         except (WebSocketDisconnect, asyncio.CancelledError, SlowReader):
             if self.slow is not None:
                 cut(self.pipeline, turn, self.slow.reason)
             raise
+        except ResponseFailed:
+            return Failed()  # its response.failed was the last event
         except Exception as exc:
-            if lane.cache is not None and lane.cache.response["id"] == previous:
-                lane.cache = None  # a failed turn evicts what it referenced
-            await self.send(as_api_error(exc).ws_event(), lane.stream_id)
-        finally:
-            lane.in_rollout, lane.rollout_id = False, None
-            while not lane.appends.empty():
-                lane.appends.get_nowait()
+            self.send(as_api_error(exc).ws_event(job.stream_id))
+            return Failed()
+
+    def _appends_of(self, job: Job) -> Any:
+        """The appended rollout's way to wait for the client's next ``response.append``."""
+        queue = self.appends.setdefault(job, asyncio.Queue())
+
+        async def next_append() -> list[Any]:
+            items = await queue.get()
+            self.connection.append_taken(job)
+            return items
+
+        return next_append
+
+
+def client_calls(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The function calls a completed response stopped on: the client runs them (every function
+    tool is the client's), so steering input waits for their results."""
+    output = response["output"]
+    if response["status"] != "completed" or not output or output[-1]["type"] != "function_call":
+        return []
+    return [item for item in output if item["type"] == "function_call"]
 
 
 async def deny(ws: WebSocket, err: APIError) -> None:

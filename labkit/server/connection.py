@@ -1,0 +1,477 @@
+"""WebSocket mode's rules, without I/O: what one connection does with each client frame and each
+response's outcome.
+
+``Connection`` is a state machine in the manner of the ``websockets`` library's protocol
+objects: it is fed what happened (a frame the client sent, a response created, a response
+finished) and returns what to do about it, as actions:
+
+- ``Send(event)``: put this event on the socket (an error, a steering event);
+- ``Start(job)``: run this create now, on its lane (``job.parent`` is the connection cache's
+  answer for it, ``job.body`` the create with any queued steering input prepended);
+- ``Append(job, items)``: hand these items to the appended rollout ``job`` is running;
+- ``Arrive(payload)``: a steer on its way; once it has crossed the network, give it to ``steer``.
+
+It never awaits, never touches a socket, and holds no clock: ``labkit.server.websocket`` is the
+asyncio loop around it, which runs each ``Start`` through the pipeline and reports back with
+``created`` and ``finished``. So every rule here is tested by feeding it events
+(``tests/test_connection.py``), and only the wire by real sockets.
+
+The rules (docs/protocol.md §3):
+
+- **Lanes.** A ``stream_id`` names a lane (``limits.MAX_LANES`` named lanes, plus the default
+  one); a lane runs its creates one at a time, in order; at most ``limits.MAX_IN_FLIGHT`` run at
+  once on a connection. A create behind another waits, up to ``max_queued`` of them and
+  ``max_queued_bytes`` of frames not started yet; past that it is refused
+  (``websocket_queue_full``). Every error about a lane carries its ``stream_id``.
+- **The connection cache** (``labkit.server.connection_cache``): forks across lanes, and what
+  a failure evicts.
+- **Steering** (``labkit.api.steering``): a ``response.steer`` is checked, given an id and
+  queued on its target, the response running on this connection that it names. The target
+  stops at its next safe output boundary (``labkit.server.sampling``) and ends ``incomplete``
+  (``steered``); an automatic successor, the target's create with the steering input as its
+  input, then runs first on the lane, from the connection cache. A target that stops on
+  client-owned function calls keeps the input queued (``response.steer.pending``) until the
+  client's create that continues it on the same lane, whose input it is put before.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from labkit.api import safejson, steering
+from labkit.api.errors import APIError, invalid_request, rate_limited
+from labkit.api.event_types import RESPONSE_APPEND, RESPONSE_CREATE, RESPONSE_STEER
+from labkit.api.ids import new_id
+from labkit.api.requests import parse_item
+from labkit.designs import Design
+from labkit.limits import MAX_IN_FLIGHT, MAX_LANES, MAX_PENDING_STEERS, MAX_QUEUED_BYTES, MAX_QUEUED_CREATES
+from labkit.server.connection_cache import ConnectionCache, Lane
+from labkit.server.lanes import check_stream_id
+from labkit.server.turn import Conversation
+
+Item = dict[str, Any]
+ENDED_KEPT = 1024  # ended responses a connection remembers, to say why a steer came too late
+
+# Why a response cannot be steered, by what it runs as (``response.steer.failed``, steering_not_supported).
+NOT_STEERABLE = {
+    "appended": "An appended rollout is one response for a whole rollout; steering would end it and "
+    "start a successor. Send the user's message in response.append at the next pause instead.",
+    "no_cache": "This connection's design keeps no connection cache, and a steered response's successor "
+    "continues from it. Use a design with the connection cache (websocket).",
+    "compaction": "A response with context_management compaction cannot be steered.",
+}
+
+
+# ---------------------------------------------------------------- what the connection holds
+
+
+@dataclass
+class Steer:
+    """One accepted ``response.steer``: its id, its target, its input (as items and as sent)."""
+
+    id: str
+    target: str
+    items: list[Item]
+    raw: Any
+
+
+@dataclass(eq=False)
+class Job:
+    """One create on its way: queued, then running on its lane, then finished."""
+
+    lane: Lane
+    body: dict[str, Any]
+    size: int  # its frame's bytes, counted against ``max_queued_bytes`` until it starts
+    behind: bool  # it waited behind another create on its lane (counted against ``max_queued``)
+    parent: Conversation | None = None  # the connection cache's answer, given when it starts
+    committing: list[Steer] = field(default_factory=list)  # steering input this create commits
+    automatic: bool = False  # a steered response's successor, created by the server
+    response_id: str | None = None  # once created
+    steers: list[Steer] = field(default_factory=list)  # accepted for this response while it runs
+    not_steerable: str | None = None  # why it cannot be steered (a key of NOT_STEERABLE), if so
+
+    @property
+    def stream_id(self) -> str | None:
+        return self.lane
+
+    @property
+    def steer_requested(self) -> bool:
+        """Read by the sampler at each safe output boundary: stop here for steering input."""
+        return bool(self.steers)
+
+
+class Ended(Enum):
+    """What a finished response still takes: how a late steer is answered."""
+
+    COMPLETED = steering.RESPONSE_ALREADY_COMPLETED
+    NOT_ACTIVE = steering.RESPONSE_NOT_ACTIVE
+    WAITING = "waiting"  # completed on client-owned calls: steering input waits for their results
+
+
+@dataclass
+class EndedResponse:
+    lane: Lane
+    state: Ended
+    calls: list[Item] = field(default_factory=list)  # the client-owned calls it stopped on
+    waiting: list[Steer] = field(default_factory=list)  # steering input queued for its continuation
+
+
+@dataclass
+class LaneState:
+    queue: deque[Job] = field(default_factory=deque)
+    current: Job | None = None  # running, or waiting for a slot
+    appends: int = 0  # response.append frames handed over and not yet taken (appended rollouts)
+
+
+# ---------------------------------------------------------------- what the connection returns
+
+
+@dataclass(frozen=True)
+class Send:
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Start:
+    job: Job
+
+
+@dataclass(frozen=True)
+class Append:
+    job: Job
+    items: list[Any]
+
+
+@dataclass(frozen=True)
+class Arrive:
+    """A ``response.steer`` that takes effect once it has crossed the network (the uplink a
+    create pays as a stage of its own): then hand it to ``Connection.steer``."""
+
+    payload: dict[str, Any]
+
+
+Action = Send | Start | Append | Arrive
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A response that ran to its terminal event: what it leaves, how it ended, and the
+    client-owned calls it stopped on (empty if it stopped otherwise)."""
+
+    conversation: Conversation
+    status: str
+    calls: list[Item] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A create that did not finish, refused before ``response.created`` or failed after it.
+    ``evict``: whether the failure evicts what it continued (a per-key cap's refusal does not:
+    nothing of the create was looked at)."""
+
+    evict: bool = True
+
+
+Outcome = Finished | Failed
+
+
+# ---------------------------------------------------------------- the connection
+
+
+class Connection:
+    """The rules of one WebSocket connection (see the module's docstring)."""
+
+    def __init__(
+        self,
+        design: Design,
+        *,
+        max_queued: int = MAX_QUEUED_CREATES,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
+        max_lanes: int = MAX_LANES,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        max_pending_steers: int = MAX_PENDING_STEERS,
+    ) -> None:
+        self.design = design
+        self.cache: ConnectionCache[Conversation] = ConnectionCache(enabled=design.connection_cache)
+        self.max_queued, self.max_queued_bytes = max_queued, max_queued_bytes
+        self.max_lanes, self.max_in_flight = max_lanes, max_in_flight
+        self.max_pending_steers = max_pending_steers
+        self.lanes: dict[Lane, LaneState] = {}
+        self.queued = 0  # creates waiting behind another on their lane
+        self.queued_bytes = 0  # the frames of every create not started yet
+        self.running = 0
+        self.waiting_for_slot: deque[Job] = deque()  # lanes' current creates, past max_in_flight
+        self.active: dict[str, Job] = {}  # created and not finished, by response id
+        self.ended: OrderedDict[str, EndedResponse] = OrderedDict()
+        self._steer_numbers = itertools.count()  # steering events' own sequence
+
+    # ------------------------------------------------------------ what the client sends
+
+    def receive(self, frame: str | bytes) -> list[Action]:
+        """One client frame; a bad one is answered with an error event, never anything worse."""
+        try:
+            payload = safejson.loads(frame, what="the WebSocket frame")
+        except APIError as err:
+            err.code = err.code or "invalid_json"
+            return [Send(err.ws_event())]
+        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+            err = invalid_request(
+                "A WebSocket frame must be a JSON object with a 'type'.", param="type", code="invalid_value"
+            )
+            return [Send(err.ws_event())]
+        kind = payload["type"]
+        try:
+            if kind == RESPONSE_CREATE:
+                return self.create(payload, len(frame))
+            if kind == RESPONSE_STEER:
+                return [Arrive(payload)]
+            if kind == RESPONSE_APPEND and self.design.appended:
+                return self.append(payload)
+            raise invalid_request(f"Unsupported event type '{kind}'.", param="type", code="unknown_event")
+        except APIError as err:
+            return [Send(err.ws_event())]
+
+    def create(self, payload: dict[str, Any], size: int) -> list[Action]:
+        stream_id = payload.get("stream_id")
+        check_stream_id(stream_id)  # a malformed name is no lane's: its error carries none
+        lane = self.lanes.get(stream_id)
+        if lane is None:
+            if stream_id is not None and sum(key is not None for key in self.lanes) >= self.max_lanes:
+                err = invalid_request(
+                    f"This connection already has {self.max_lanes} streams.",
+                    param="stream_id",
+                    code="websocket_stream_limit_reached",
+                )
+                return [Send(err.ws_event(stream_id))]
+            lane = self.lanes[stream_id] = LaneState()
+        behind = lane.current is not None or bool(lane.queue)  # an idle lane starts it at once
+        if (behind and self.queued >= self.max_queued) or self.queued_bytes + size > self.max_queued_bytes:
+            full = rate_limited(
+                f"Too many responses waiting on this connection (at most {self.max_queued}, "
+                f"{self.max_queued_bytes} bytes). Wait for one to finish, or use another stream.",
+                code="websocket_queue_full",
+            )
+            return [Send(full.ws_event(stream_id))]
+        body = {k: v for k, v in payload.items() if k not in ("type", "stream_id", "stream")}
+        job = Job(stream_id, body, size, behind)
+        self.queued, self.queued_bytes = self.queued + behind, self.queued_bytes + size
+        lane.queue.append(job)
+        return self._advance(stream_id)
+
+    def append(self, payload: dict[str, Any]) -> list[Action]:
+        """labkit extension: tool results for the appended rollout paused on the payload's lane,
+        refused unless that lane's rollout is the one it names and its items are items; at
+        most ``max_queued`` appends wait."""
+        stream_id = payload.get("stream_id")
+        check_stream_id(stream_id)
+        lane = self.lanes.get(stream_id)
+        job = lane.current if lane is not None else None
+        if job is None or job.response_id is None:
+            raise invalid_request("No response on this connection is waiting for response.append.")
+        assert lane is not None
+        if payload.get("response_id") != job.response_id:
+            raise invalid_request(
+                f"Response '{payload.get('response_id')}' is not waiting for response.append on this "
+                f"stream; '{job.response_id}' is.",
+                param="response_id",
+            )
+        items = payload.get("input")
+        if not isinstance(items, list):
+            raise invalid_request("'input' of response.append must be a list of items.", param="input")
+        for i, item in enumerate(items):
+            parse_item(item, f"input[{i}]")  # refuse bad items now; the rollout keeps waiting
+        if lane.appends >= self.max_queued:  # appends sent ahead are kept, up to a point
+            raise rate_limited(
+                f"Too many appends waiting on this stream (at most {self.max_queued}).",
+                code="websocket_queue_full",
+            )
+        lane.appends += 1
+        return [Append(job, items)]
+
+    def append_taken(self, job: Job) -> None:
+        """The rollout took one append off its lane."""
+        self.lanes[job.lane].appends -= 1
+
+    # ------------------------------------------------------------ steering
+
+    def steer(self, payload: dict[str, Any]) -> list[Action]:
+        """A ``response.steer``: accepted onto its target, or failed with the input returned."""
+        target, raw = payload.get("previous_response_id"), payload.get("input")
+        try:
+            target, items = steering.parse_steer(payload)
+            job = self.active.get(target)
+            if job is not None:
+                return [Send(self._accept(job.steers, target, items, raw, job.lane, job.not_steerable))]
+            ended = self.ended.get(target)
+            if ended is None:
+                raise steering.SteerRefused(
+                    f"No response '{target}' is running on this connection.", steering.RESPONSE_NOT_FOUND
+                )
+            if ended.state is not Ended.WAITING:
+                raise steering.SteerRefused(_too_late(target, ended.state), ended.state.value)
+            accepted = self._accept(ended.waiting, target, items, raw, ended.lane, None)
+            return [Send(accepted), *self._pending([ended.waiting[-1]], ended)]
+        except steering.SteerRefused as refused:
+            known = self.active.get(target) or self.ended.get(target) if isinstance(target, str) else None
+            lane = known.lane if known is not None else None
+            event = steering.failed(
+                refused.code, refused.message, target, raw, self._number(), stream_id=lane
+            )
+            return [Send(event)]
+
+    def _accept(
+        self,
+        queue: list[Steer],
+        target: str,
+        items: list[Item],
+        raw: Any,
+        lane: Lane,
+        not_steerable: str | None,
+    ) -> dict[str, Any]:
+        if not_steerable is not None:
+            raise steering.SteerRefused(NOT_STEERABLE[not_steerable], steering.STEERING_NOT_SUPPORTED)
+        if len(queue) >= self.max_pending_steers:
+            raise steering.SteerRefused(
+                f"Response '{target}' already has {self.max_pending_steers} steering inputs pending "
+                f"(labkit's cap). Wait for the successor's response.created.",
+                steering.TOO_MANY_PENDING_STEERS,
+            )
+        steer = Steer(new_id("steer"), target, items, raw)
+        queue.append(steer)
+        return steering.accepted(steer.id, target, self._number(), lane)
+
+    def _pending(self, steers: list[Steer], ended: EndedResponse) -> list[Action]:
+        return [
+            Send(steering.pending(s.id, s.target, ended.calls, self._number(), ended.lane)) for s in steers
+        ]
+
+    def _uncommitted(self, steers: list[Steer], code: str, message: str, lane: Lane) -> list[Action]:
+        """Steering input that will never be committed, returned to the client."""
+        return [
+            Send(
+                steering.failed(code, message, s.target, s.raw, self._number(), steer_id=s.id, stream_id=lane)
+            )
+            for s in steers
+        ]
+
+    def _number(self) -> int:
+        return next(self._steer_numbers)
+
+    # ------------------------------------------------------------ what the responses report
+
+    def created(self, job: Job, response_id: str) -> None:
+        """``job``'s response exists (``response.created`` goes out next): the commit point of the
+        steering input it carries, and from now on a target for steering."""
+        job.response_id = response_id
+        job.committing = []
+        self.active[response_id] = job
+
+    def finished(self, job: Job, outcome: Outcome) -> list[Action]:
+        """``job`` is over: keep or evict, route its steering input, start what comes next."""
+        actions: list[Action] = []
+        lane = self.lanes[job.lane]
+        lane.current, lane.appends = None, 0
+        self.running -= 1
+        if job.response_id is not None:
+            self.active.pop(job.response_id, None)
+        previous = job.body.get("previous_response_id")
+        if isinstance(outcome, Finished):
+            self.cache.keep(job.lane, outcome.conversation)
+            actions += self._after(job, outcome)
+        else:
+            if outcome.evict:
+                self.cache.failed(job.lane, previous)
+            if job.committing:  # refused before its response.created: the steering input was not used
+                message = "The response that was to carry this steering input could not be created."
+                actions += self._uncommitted(
+                    job.committing, steering.SUCCESSOR_CREATION_FAILED, message, job.lane
+                )
+            if job.steers:
+                message = "The response failed before it could take this steering input."
+                actions += self._uncommitted(job.steers, steering.RESPONSE_NOT_ACTIVE, message, job.lane)
+            if job.response_id is not None:
+                self._remember(job.response_id, EndedResponse(job.lane, Ended.NOT_ACTIVE))
+        return actions + self._advance(job.lane) + self._fill_slots()
+
+    def _after(self, job: Job, outcome: Finished) -> list[Action]:
+        """A finished response's steering input: on to a successor, or waiting for tool results."""
+        assert job.response_id is not None
+        if outcome.calls:
+            ended = EndedResponse(job.lane, Ended.WAITING, outcome.calls, job.steers)
+            self._remember(job.response_id, ended)
+            return self._pending(job.steers, ended)
+        state = Ended.COMPLETED if outcome.status == "completed" and not job.steers else Ended.NOT_ACTIVE
+        self._remember(job.response_id, EndedResponse(job.lane, state))
+        if job.steers:  # the automatic successor: first on the lane, before any queued create
+            settings = {k: v for k, v in job.body.items() if k not in ("input", "previous_response_id")}
+            body = {**settings, "previous_response_id": job.response_id, "input": _inputs(job.steers)}
+            successor = Job(job.lane, body, 0, False, committing=job.steers, automatic=True)
+            self.lanes[job.lane].queue.appendleft(successor)
+        return []
+
+    def _remember(self, response_id: str, ended: EndedResponse) -> None:
+        self.ended[response_id] = ended
+        while len(self.ended) > ENDED_KEPT:
+            self.ended.popitem(last=False)
+
+    # ------------------------------------------------------------ starting creates
+
+    def _advance(self, key: Lane) -> list[Action]:
+        """The lane's next create becomes its current one, and starts if a slot is free."""
+        lane = self.lanes[key]
+        if lane.current is not None or not lane.queue:
+            return []
+        job = lane.current = lane.queue.popleft()
+        self.queued -= job.behind
+        if self.running >= self.max_in_flight:
+            self.waiting_for_slot.append(job)
+            return []
+        return [self._start(job)]
+
+    def _fill_slots(self) -> list[Action]:
+        started: list[Action] = []
+        while self.waiting_for_slot and self.running < self.max_in_flight:
+            started.append(self._start(self.waiting_for_slot.popleft()))
+        return started
+
+    def _start(self, job: Job) -> Start:
+        """Run ``job`` now: the cache's one answer for it, and the steering input it takes."""
+        self.running += 1
+        self.queued_bytes -= job.size
+        previous = job.body.get("previous_response_id")
+        waiting = self.ended.get(previous) if isinstance(previous, str) else None
+        if waiting is not None and waiting.state is Ended.WAITING and waiting.lane == job.lane:
+            # The client's continuation of a response that stopped for tool results: the steering
+            # input queued on it goes first, in the order it was sent (committed at response.created).
+            job.committing, waiting.waiting = waiting.waiting, []
+            waiting.state = Ended.COMPLETED
+            if job.committing:
+                own = job.body.get("input")
+                own = [{"type": "message", "role": "user", "content": own}] if isinstance(own, str) else own
+                job.body = {**job.body, "input": _inputs(job.committing) + list(own or [])}
+        job.parent = self.cache.serve(previous)
+        job.not_steerable = self._not_steerable(job.body)
+        return Start(job)
+
+    def _not_steerable(self, body: dict[str, Any]) -> str | None:
+        if self.design.appended:
+            return "appended"
+        if not self.design.connection_cache:
+            return "no_cache"
+        if body.get("context_management"):
+            return "compaction"
+        return None
+
+
+def _inputs(steers: list[Steer]) -> list[Item]:
+    return [item for steer in steers for item in steer.items]
+
+
+def _too_late(target: str, state: Ended) -> str:
+    if state is Ended.COMPLETED:
+        return f"Response '{target}' has completed and takes no more steering input."
+    return f"Response '{target}' is no longer running and takes no steering input."

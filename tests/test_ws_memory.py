@@ -12,6 +12,7 @@ peak memory grows by less than ``GROWTH_LIMIT_KB`` (the bound is about 1.3 MiB a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import socket
@@ -22,6 +23,7 @@ import httpx
 import pytest
 
 from labkit.client.launcher import LabkitServer
+from labkit.server.ws_protocol import BoundedWebSocket, ws_protocol
 
 RCVBUF = 4096  # the client's receive buffer: the kernel holds next to nothing for it
 PING = 125  # bytes of a ping's payload, the most a control frame carries
@@ -125,3 +127,10 @@ def test_a_message_in_too_many_fragments_is_closed_with_1009(server: LabkitServe
     assert code == 1009  # too big: the old server kept every fragment, then answered the message
     assert sent < len(message), sent
     assert grown < GROWTH_LIMIT_KB, grown
+
+
+def test_bounded_websocket_forwards_the_whole_protocol_interface() -> None:
+    # A method of asyncio.Protocol left to the base class would be its no-op, never the wrapped one.
+    interface = {n for n in dir(asyncio.Protocol) if not n.startswith("_")}
+    assert interface <= set(vars(BoundedWebSocket)), interface - set(vars(BoundedWebSocket))
+    assert issubclass(ws_protocol(BoundedWebSocket.ws), asyncio.Protocol)

@@ -13,11 +13,17 @@ itself even if the server hangs. Then it stops the server (SIGTERM, which drains
 billing) and counts the billing ledger's rows in the server's SQLite file against the
 responses the clients saw complete.
 
+The server requires keys, as a room's does (README, "Running labkit for a room"): each learner
+has a key of their own (``--no-keys`` serves it open instead, everyone on any key).
+
 With ``--hostile N`` the room runs twice, the second time beside a hostile learner: N raw
 sockets of one extra key, each asking for 16 long answers at once (one ``stream_id`` lane each)
 and never reading. A second table puts the other learners' TTFT without and with it side by
-side: the server cuts a client that leaves more than ``--max-unread-bytes`` unread, so the room
-should barely notice.
+side, and the time of another learner's short answer (100 tokens, on a connection of its own)
+alone and just after the hostile sockets opened, while their answers decode into their buffers:
+a key holds at most its share of each replica's engine slots where keys are required, and the
+server cuts a client that leaves more than ``--max-unread-bytes`` unread, so the room should
+barely notice.
 
 It prints one row: connections, errors, billing rows against responses, p50 and p99 time to
 first token in the room with the single connection's in parentheses, and the server's peak
@@ -32,6 +38,7 @@ high-water mark (VmHWM) of every server process, read just before stopping it an
     python benchmarks/room_load.py --workers 2
     python benchmarks/room_load.py --connections 16 --scenario synthetic:turns=4 --json
     python benchmarks/room_load.py --connections 16 --hostile 8 --scenario synthetic:turns=4
+    python benchmarks/room_load.py --connections 16 --hostile 8 --scenario synthetic:turns=4 --no-keys
 """
 
 from __future__ import annotations
@@ -52,12 +59,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from websockets.sync.client import connect
 
 from labkit.api.extensions import TRACES_PATH
 from labkit.client.agent import DEFAULT_MODEL, run_rollout
 from labkit.client.launcher import LabkitServer
 from labkit.client.records import TurnRecord
-from labkit.client.room import DEFAULT_KEY
 from labkit.paths import default_data_dir
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 from labkit.server.auth import Keys
@@ -67,6 +74,9 @@ MAX_ERRORS_SHOWN = 5
 HOSTILE_KEY = "sk-labkit-hostile"
 HOSTILE_ANSWERS = 16  # long answers each never-reading socket asks for at once, one lane each
 HOSTILE_INPUT = "Write 50000 tokens."
+SHORT_INPUT = "Write 100 tokens."  # another learner's short answer, timed alone and beside the hostile one
+SHORT_SAMPLES = 5  # ... this many times each (their medians compared)
+SHORT_KEY = "sk-labkit-short-answers"
 HOSTILE_RCVBUF = 4096  # the socket's receive buffer: the kernel holds next to nothing for it
 HOSTILE_MSS = 536  # bytes a segment (the IPv4 default): the server's kernel buffers few for it
 MAX_HANDSHAKE_BYTES = 16_384  # the 101 answer is a few hundred bytes
@@ -83,18 +93,23 @@ class Phase:
     errors: list[str] = field(default_factory=list)
     ttft_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
-    response_ids: list[str] = field(default_factory=list)
+    response_ids: list[tuple[str, str]] = field(default_factory=list)  # (response id, its key)
 
-    def add(self, records: list[TurnRecord], error: str | None) -> None:
+    def add(self, records: list[TurnRecord], error: str | None, key: str) -> None:
         self.rollouts += 1
         self.responses += len(records)
         self.ttft_s += [r.ttft for r in records if r.ttft is not None]
-        self.response_ids += [r.response_id for r in records]
+        self.response_ids += [(r.response_id, key) for r in records]
         if error is not None:
             self.errors.append(error)
 
     def percentile(self, q: int) -> float | None:
         return percentile(self.ttft_s, q)
+
+
+def learner_key(number: int) -> str:
+    """Learner ``number``'s key (each learner has their own, as in a room)."""
+    return f"sk-labkit-learner-{number}"
 
 
 def percentile(values: list[float], q: int) -> float | None:
@@ -110,22 +125,26 @@ def never_reading_socket(
     answers: int = HOSTILE_ANSWERS,
     model: str = DEFAULT_MODEL,
     text: str = HOSTILE_INPUT,
-    rcvbuf: int = HOSTILE_RCVBUF,
+    rcvbuf: int | None = HOSTILE_RCVBUF,
     timeout_s: float = 10.0,
 ) -> socket.socket:
     """A WebSocket client that asks for ``answers`` long answers at once and never reads them.
 
-    A raw TCP socket with a small receive buffer: it reads only the handshake's 101 answer,
-    sends one ``response.create`` a lane (masked text frames, as a client must), and then
-    nothing. Whatever the server sends piles up unread. Close the socket to end it.
+    A raw TCP socket: it reads only the handshake's 101 answer, sends one ``response.create`` a
+    lane (masked text frames, as a client must), and then nothing. Whatever the server sends
+    piles up unread. With a small ``rcvbuf`` (and small segments) the kernels hold next to
+    nothing for it, so it piles up in the server, which soon cuts it; with ``rcvbuf=None`` the
+    system's own buffers (several MB on loopback) take it first, so it decodes into them for
+    seconds before anything is left unread in the server. Close the socket to end it.
 
         hostile = [never_reading_socket(server.base_url) for _ in range(8)]
     """
     url = httpx.URL(base_url)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connecting: the window stays small
-    # Small segments too: the server's kernel sizes its send buffer by segments, so it holds little.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, HOSTILE_MSS)
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connecting: a small window
+        # Small segments too: the server's kernel sizes its send buffer by segments, so it holds little.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, HOSTILE_MSS)
     sock.settimeout(timeout_s)
     try:
         sock.connect((url.host, url.port or 80))
@@ -187,6 +206,11 @@ class RoomResult:
     hostile: int = 0  # never-reading sockets beside the room's second run (``--hostile``)
     hostile_room: Phase | None = None  # that second run, as the room's learners saw it
     max_unread_bytes: int | None = None  # labkit serve --max-unread-bytes, None: its default
+    keys: bool = True  # the server requires keys, one per learner (``--no-keys``: served open)
+    hostile_rcvbuf: int | None = None  # the hostile sockets' receive buffer; None: the system's
+    short_alone_s: list[float] = field(default_factory=list)  # another learner's short answers, alone
+    short_beside_s: list[float] = field(default_factory=list)  # ... and beside the hostile learner
+    short_waited: list[bool] = field(default_factory=list)  # ... whether each beside waited for a slot
     billing_rows: int = 0  # after the server stopped (and drained its billing queue)
     billing_rows_at_end: int = 0  # when the room's last rollout ended: how far billing lagged
     server_exit: int | None = None  # the server's exit status: negative is a signal (-9: killed)
@@ -228,19 +252,25 @@ class RoomResult:
             body[f"{name}_samples"] = len(queue)
         for phase in phases:
             body[phase].pop("response_ids")
+        body["short_alone_median_s"] = median(self.short_alone_s)
+        body["short_beside_slowest_s"] = max(self.short_beside_s, default=None)
         body.update(responses=self.responses, errors=self.errors, lost_billing_rows=self.lost_billing_rows)
         return body
 
 
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def play(
-    base_url: str, scenario: Scenario, model: str, start: threading.Barrier | None = None
+    base_url: str, scenario: Scenario, model: str, key: str, start: threading.Barrier | None = None
 ) -> tuple[list[TurnRecord], str | None]:
     """One learner's rollout: the turns that completed, and what went wrong if anything did."""
     records: list[TurnRecord] = []
     try:
         if start is not None:
             start.wait()
-        for record in run_rollout(base_url, DESIGN, scenario, model=model):
+        for record in run_rollout(base_url, DESIGN, scenario, model=model, api_key=key):
             records.append(record)
         if len(records) != scenario.turns:
             return records, f"the rollout ended after {len(records)} of {scenario.turns} turns"
@@ -260,32 +290,47 @@ def run_room(
     deadline_s: float = 600.0,
     hostile: int = 0,
     max_unread_bytes: int | None = None,
+    keys: bool = True,
+    hostile_rcvbuf: int | None = None,
 ) -> RoomResult:
     """Start a server, run the single-connection baseline and the room (and with ``hostile``,
-    the room again beside that many never-reading sockets), stop it, count."""
+    another learner's short answers alone, then the room again beside that many never-reading
+    sockets, the short answers first), stop it, count."""
     chosen = load_scenario(scenario, default_data_dir())
     single_phase, room_phase = Phase("single", 1), Phase("room", connections)
     result = RoomResult(connections, workers, profile, chosen.name, single_phase, room_phase)
     result.model, result.hostile, result.max_unread_bytes = model, hostile, max_unread_bytes
+    result.keys, result.hostile_rcvbuf = keys, hostile_rcvbuf
     args = ["--profile", profile]
     if max_unread_bytes is not None:
         args += ["--max-unread-bytes", str(max_unread_bytes)]
+    every_key = [learner_key(i) for i in range(connections)] + [HOSTILE_KEY, SHORT_KEY]
+    env = {"LABKIT_API_KEYS": ",".join(every_key)} if keys else {"LABKIT_API_KEYS": ""}
     cpu_before = _own_cpu_s()
-    with LabkitServer(args=args, workers=workers) as server:
+    with LabkitServer(args=args, workers=workers, env=env) as server:
         started = time.perf_counter()
         for _ in range(single):
-            single_phase.add(*play(server.base_url, chosen, model))
+            single_phase.add(*play(server.base_url, chosen, model, learner_key(0)), learner_key(0))
         single_phase.wall_s = time.perf_counter() - started
 
         late = _play_room(server, chosen, model, room_phase, deadline_s, result)
         if not late and hostile:
             result.hostile_room = Phase("room beside the hostile learner", connections)
-            sockets = [never_reading_socket(server.base_url, model=model) for _ in range(hostile)]
-            try:
-                late = _play_room(server, chosen, model, result.hostile_room, deadline_s, result)
-            finally:
-                for sock in sockets:
-                    sock.close()
+            with connect(server.ws_url, additional_headers=_auth(SHORT_KEY), open_timeout=30) as short:
+                short_answer(short, model)  # warm: its connection, the replica's prefix cache
+                result.short_alone_s = [short_answer(short, model)[0] for _ in range(SHORT_SAMPLES)]
+                sockets = [
+                    never_reading_socket(server.base_url, model=model, rcvbuf=hostile_rcvbuf)
+                    for _ in range(hostile)
+                ]
+                try:
+                    beside = [short_answer(short, model) for _ in range(SHORT_SAMPLES)]
+                    result.short_beside_s = [seconds for seconds, _ in beside]
+                    result.short_waited = _waited(server.base_url, [rid for _, rid in beside])
+                    late = _play_room(server, chosen, model, result.hostile_room, deadline_s, result)
+                finally:
+                    for sock in sockets:
+                        sock.close()
         if not late:
             _measure_server(server, result)
             result.queue_s = _queue_waits(server.base_url, room_phase.response_ids)
@@ -306,18 +351,17 @@ def _play_room(
     (the server is then stopped, after its peak RSS and CPU are read)."""
     start = threading.Barrier(phase.connections, timeout=60)
     started = time.perf_counter()
+    keys = [learner_key(i) for i in range(phase.connections)]
     with ThreadPoolExecutor(phase.connections, thread_name_prefix="learner") as pool:
-        futures = [
-            pool.submit(play, server.base_url, scenario, model, start) for _ in range(phase.connections)
-        ]
+        futures = [pool.submit(play, server.base_url, scenario, model, key, start) for key in keys]
         done, late = wait(futures, timeout=deadline_s)
         if late:
             # Stopping the server ends every connection, so each late rollout fails and returns.
             _measure_server(server, result)
             server.stop()
-        for future in futures:
+        for future, key in zip(futures, keys, strict=True):
             records, error = future.result()
-            phase.add(records, error if future in done else f"past the deadline; {error}")
+            phase.add(records, error if future in done else f"past the deadline; {error}", key)
     phase.wall_s = time.perf_counter() - started
     return bool(late)
 
@@ -336,17 +380,43 @@ def _measure_server(server: LabkitServer, result: RoomResult) -> None:
         result.server_cpu_s[pid] = (int(stat[11]) + int(stat[12])) / ticks  # utime, stime
 
 
-def _queue_waits(base_url: str, response_ids: list[str]) -> list[float]:
+def _queue_waits(base_url: str, response_ids: list[tuple[str, str]]) -> list[float]:
     """How long each response waited for an engine slot, from the server's spans (one connection,
     so with several workers, the responses of the worker it reached)."""
-    waits = []
-    headers = {"Authorization": f"Bearer {DEFAULT_KEY}"}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=30) as client:
-        for response_id in response_ids:
-            reply = client.get(TRACES_PATH, params={"response_id": response_id})
+    return [span["duration"] for span in _queue_spans(base_url, response_ids)]
+
+
+def _waited(base_url: str, response_ids: list[str]) -> list[bool]:
+    """Whether each of the short answers waited for a slot (its queue span's verdict)."""
+    spans = _queue_spans(base_url, [(rid, SHORT_KEY) for rid in response_ids])
+    return [bool(span["detail"].get("waited", span["duration"] > 0.001)) for span in spans]
+
+
+def _queue_spans(base_url: str, response_ids: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    spans = []
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        for response_id, key in response_ids:
+            reply = client.get(TRACES_PATH, params={"response_id": response_id}, headers=_auth(key))
             if reply.status_code == 200:
-                waits += [s["duration"] for s in reply.json()["data"] if s["stage"] == "queue"]
-    return waits
+                spans += [s for s in reply.json()["data"] if s["stage"] == "queue"]
+    return spans
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def short_answer(ws: Any, model: str) -> tuple[float, str]:
+    """One short answer on a connection that reads: seconds from its create to its last event,
+    and its id."""
+    started = time.perf_counter()
+    ws.send(json.dumps({"type": "response.create", "model": model, "input": SHORT_INPUT, "store": False}))
+    while True:
+        event = json.loads(ws.recv(timeout=60))
+        if event["type"] == "error":
+            raise RuntimeError(f"the short answer failed: {event['error']['message']}")
+        if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            return time.perf_counter() - started, event["response"]["id"]
 
 
 def _own_cpu_s() -> float:
@@ -355,10 +425,12 @@ def _own_cpu_s() -> float:
 
 
 def _ledger_rows(db: Path) -> int:
-    """Billing rows of the room's learners (the hostile learner's cut responses are billed too)."""
-    hostile = Keys().owner(f"Bearer {HOSTILE_KEY}")
+    """Billing rows of the room's learners (the hostile learner's cut responses are billed too, and
+    the short answers timed beside it: neither is counted)."""
+    others = [Keys().owner(f"Bearer {key}") for key in (HOSTILE_KEY, SHORT_KEY)]
     with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT COUNT(*) FROM billing WHERE owner != ?", (hostile,)).fetchone()[0]
+        query = "SELECT COUNT(*) FROM billing WHERE owner NOT IN (?, ?)"
+        return conn.execute(query, others).fetchone()[0]
 
 
 def _ms(seconds: float | None) -> str:
@@ -403,26 +475,34 @@ def format_table(result: RoomResult) -> str:
 
 
 def hostile_rows(result: RoomResult) -> list[str]:
-    """The room's TTFT without and beside the hostile learner, side by side (none without one)."""
+    """Another learner's short answer alone and beside the hostile learner (its slowest of
+    ``SHORT_SAMPLES``), and the room's TTFT without and beside it, side by side (none without one)."""
     beside = result.hostile_room
     if beside is None:
         return []
     alone = result.room
     bound = "its default" if result.max_unread_bytes is None else f"{result.max_unread_bytes:,} bytes"
+    short_alone = median(result.short_alone_s)
+    short_slowest = max(result.short_beside_s, default=None)
     return [
         "",
-        "| learners | hostile sockets x answers | p50 TTFT without / beside | ratio "
-        "| p99 TTFT without / beside | ratio | errors beside |",
+        "| learners | hostile sockets x answers | short answer alone / beside (slowest) | ratio "
+        "| room p50 TTFT without / beside | room p99 TTFT without / beside | errors beside |",
         "|---:|---:|---:|---:|---:|---:|---:|",
         f"| {result.connections} | {result.hostile} x {HOSTILE_ANSWERS} "
+        f"| {_ms(short_alone)} / {_ms(short_slowest)} | {_ratio(short_slowest, short_alone)} "
         f"| {_ms(alone.percentile(50))} / {_ms(beside.percentile(50))} "
-        f"| {_ratio(beside.percentile(50), alone.percentile(50))} "
-        f"| {_ms(alone.percentile(99))} / {_ms(beside.percentile(99))} "
-        f"| {_ratio(beside.percentile(99), alone.percentile(99))} | {len(beside.errors)} |",
+        f"| {_ms(alone.percentile(99))} / {_ms(beside.percentile(99))} | {len(beside.errors)} |",
         "",
         f"hostile learner: {result.hostile} sockets of one key, each asking for {HOSTILE_ANSWERS} answers "
-        f"of '{HOSTILE_INPUT}' at once and never reading; --max-unread-bytes {bound}",
-        f"engine queue wait beside it (server spans of {len(result.hostile_queue_s):,} responses): "
+        f"of '{HOSTILE_INPUT}' at once and never reading; --max-unread-bytes {bound}; "
+        + ("keys required (a key's share of each replica's slots)" if result.keys else "served open")
+        + ("; the system's socket buffers" if result.hostile_rcvbuf is None else "; small socket buffers"),
+        f"short answer: '{SHORT_INPUT}' on a connection of another key, median of {SHORT_SAMPLES} alone, "
+        f"slowest of {SHORT_SAMPLES} just after the hostile sockets opened "
+        f"({', '.join(_ms(s) for s in result.short_beside_s)}); "
+        f"{sum(result.short_waited)} of them waited for an engine slot",
+        f"the room's engine queue wait beside it ({len(result.hostile_queue_s):,} server spans): "
         f"p50 {_ms(percentile(result.hostile_queue_s, 50))}, "
         f"p99 {_ms(percentile(result.hostile_queue_s, 99))}",
     ]
@@ -451,6 +531,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--max-unread-bytes", type=int, metavar="N", help="labkit serve --max-unread-bytes (default: its own)"
     )
+    parser.add_argument(
+        "--no-keys", action="store_true", help="serve the room open (any key) instead of a key per learner"
+    )
+    parser.add_argument(
+        "--small-buffers",
+        action="store_true",
+        help=f"give the hostile sockets {HOSTILE_RCVBUF:,}-byte receive buffers, so what they leave unread "
+        "piles up in the server at once (default: the system's, which take several MB each first)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     if args.connections < 1 or args.workers < 1 or args.single < 1:
@@ -467,6 +556,8 @@ def main(argv: list[str] | None = None) -> None:
         deadline_s=args.deadline,
         hostile=args.hostile,
         max_unread_bytes=args.max_unread_bytes,
+        keys=not args.no_keys,
+        hostile_rcvbuf=HOSTILE_RCVBUF if args.small_buffers else None,
     )
     print(json.dumps(result.json(), indent=2) if args.json else format_table(result))
 

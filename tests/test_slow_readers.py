@@ -1,16 +1,22 @@
 """A learner who never reads holds up only their own responses: not the engine, not the room.
 
-A real server on loopback (``labkit serve --profile local``: one replica of 8 engine slots, so
-one socket's 16 lanes could fill them all) with a small ``--max-unread-bytes``, and raw sockets
-with a tiny receive buffer that complete the handshake, ask for long answers and never read
-(``benchmarks/room_load.py``'s hostile learner). What is asserted is the mechanism: the server
-cuts them (it closes their sockets; each cut response's trace says why), another key's answer
-then waits for no engine slot (its queue span) and takes about as long as alone, and the
-server's memory stays within its bound. Every wait is bounded: the module ends within a minute.
+A real server on loopback with the ``room`` profile at its defaults, keys required (4 replicas
+of 32 engine slots; a key holds at most a quarter of a replica's, ``labkit.server.slots``), and
+raw sockets with a tiny receive buffer that complete the handshake, ask for long answers and
+never read (``benchmarks/room_load.py``'s hostile learner: 8 sockets x 16 answers, as many as
+the engine has slots). What is asserted is the mechanism: while they decode into their
+buffers, another key's answers each take a slot at once on a replica where the hostile key
+holds its whole share, and the hostile key's other responses wait for its share; the server
+then cuts the sockets that never read (it closes them; each cut response's trace says why), and
+its memory stays within its bound. How long the other learner's answer takes beside them, as a
+ratio of its time alone, is ``benchmarks/room_load.py --hostile``'s to measure, not a test's.
 
-The memory bound: ``MAX_UNREAD`` bytes of events a connection, plus the socket's own buffer
-(64 KiB and one event) while it is being cut: for 8 sockets about 1 MiB, checked against a
-generous ``RSS_GROWTH_LIMIT_KB`` (the server also decodes 128 answers meanwhile).
+The other cases run on a ``local`` server with a small ``--max-unread-bytes``, so each cut comes
+in well under a second. Every wait is bounded: the module ends within a couple of minutes.
+
+The memory bound: ``--max-unread-bytes`` of events a connection, plus the socket's own buffer
+(64 KiB and one event) while it is being cut: for 8 sockets at the default about 9 MiB, checked
+against a generous ``RSS_GROWTH_LIMIT_KB`` (the server also decodes their answers meanwhile).
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,19 +36,23 @@ from conftest import auth_headers, room_load, server_spans, socket_inodes
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.client.launcher import LabkitServer
+from labkit.paths import default_data_dir
+from labkit.profiles import load_profile
 from labkit.server.outbox import Outbox, SlowReader
+from labkit.server.slots import default_share
 
 MODEL = "labkit-spark"
 MAX_UNREAD = 64 * 1024  # labkit serve --max-unread-bytes, small: the cut comes in well under a second
 SOCKETS, ANSWERS = 8, 16  # never-reading sockets of one key, long answers each (one lane each)
 LONG = "Write 50000 tokens."
 SHORT = "Write 100 tokens."  # the other learner's answer: about 0.1 s at the model's pace
-SAMPLES = 5  # short answers timed alone and beside the hostile sockets (their medians compared)
+SAMPLES = 5  # short answers beside the hostile sockets
 LEARNER_KEY, SSE_KEY, SLOW_KEY = "sk-learner", "sk-sse-never-reads", "sk-reads-late"
-CUT_DEADLINE_S = 30.0  # the old server never cut them: this is how long the test waits, at most
+ROOM = load_profile("room", default_data_dir()).engine
+SHARE = default_share(ROOM.max_concurrent, keys_required=True)  # a key's slots on one replica, at most
+CUT_DEADLINE_S = 60.0  # the old server never cut them: this is how long the test waits, at most
 RECV_TIMEOUT_S = 10.0  # a safety net against a hung test, not a measurement
 MAX_EVENTS = 100_000  # events read for one answer, at most
-QUEUED_AT_MOST_S = 0.01  # a queue span this short waited for no engine slot
 RSS_GROWTH_LIMIT_KB = 64 * 1024
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 
@@ -51,6 +60,14 @@ TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 @pytest.fixture(scope="module")
 def server() -> Iterator[LabkitServer]:
     with LabkitServer(args=["--profile", "local", "--max-unread-bytes", str(MAX_UNREAD)]) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def room() -> Iterator[LabkitServer]:
+    """The room profile at its defaults, with keys required (the learner's and the hostile one's)."""
+    keys = ["--api-key", LEARNER_KEY, "--api-key", room_load().HOSTILE_KEY]
+    with LabkitServer(args=["--profile", "room", *keys]) as running:
         yield running
 
 
@@ -137,48 +154,50 @@ def cut_stages(events: list[dict[str, Any]]) -> list[str]:
     return stages
 
 
-def test_a_learner_who_never_reads_holds_up_nobody(server: LabkitServer) -> None:
+def queue_span(server: LabkitServer, response_id: str, key: str) -> dict[str, Any]:
+    [span] = [s for s in server_spans(server.base_url, response_id, key) if s["stage"] == "queue"]
+    return span
+
+
+def test_a_learner_who_never_reads_takes_only_their_share_of_the_engine(room: LabkitServer) -> None:
     load = room_load()
-    pid = server.processes()[0]
-    feed = Feed(server, load.HOSTILE_KEY, want=SOCKETS * ANSWERS)
-    with connect(server.ws_url, additional_headers=auth_headers(LEARNER_KEY), open_timeout=10) as learner:
-        answer(learner, SHORT)  # warm: the tokenizer's cache, the replica's prefix cache
-        alone = [answer(learner, SHORT) for _ in range(SAMPLES)]
+    pid = room.processes()[0]
+    feed = Feed(room, load.HOSTILE_KEY, want=SOCKETS * ANSWERS)
+    with connect(room.ws_url, additional_headers=auth_headers(LEARNER_KEY), open_timeout=10) as learner:
+        answer(learner, SHORT)  # warm: the tokenizer's cache, the replica's prefix cache, the pin
         rss_before = rss_kb(pid)
         peak = [rss_before]
         hostile = [
-            load.never_reading_socket(server.base_url, model=MODEL, answers=ANSWERS, text=LONG)
+            load.never_reading_socket(room.base_url, model=MODEL, answers=ANSWERS, text=LONG)
             for _ in range(SOCKETS)
         ]
         try:
             assert holds(pid, hostile) == SOCKETS  # accepted, and served
+            beside = [answer(learner, SHORT) for _ in range(SAMPLES)]  # theirs decode meanwhile, unread
             # The old server held every slot behind a blocked send, for good: this timed out.
             cut = wait_until(
                 lambda: holds(pid, hostile) == 0, CUT_DEADLINE_S, watch=lambda: peak.append(rss_kb(pid))
             )
             assert cut, "the server still holds the sockets that never read"
-            beside = [answer(learner, SHORT) for _ in range(SAMPLES)]  # theirs are still open, unread
         finally:
             for sock in hostile:
                 sock.close()
     feed.done.wait(5)
 
-    # Their responses were cut, each in the stage it was in: waiting for a slot, or decoding.
+    # The learner's answers each took a slot at once, on a replica where the hostile key held
+    # its whole share then (the old server: every slot, so the learner waited for one).
+    spans = [queue_span(room, event["response"]["id"], LEARNER_KEY) for event, _ in beside]
+    assert all(event["response"]["status"] == "completed" for event, _ in beside)
+    assert [span["detail"]["waited"] for span in spans] == [False] * SAMPLES, spans
+    assert max(span["detail"]["busy"] for span in spans) >= SHARE, spans
+    # The hostile key's responses were cut, each in the stage it was in. Those that waited for a
+    # slot (most of them) waited for their key's share alone: each asked while its key held all of it.
     stages = cut_stages(list(feed.events))
     assert len(stages) >= SOCKETS and set(stages) <= {"queue", "prefill", "decode"}, stages
-    assert "queue" in stages and "decode" in stages  # ... and the slots they held were freed
-    # The other learner's answers waited for no engine slot, and took about as long as alone.
-    for event, _ in beside:
-        assert event["response"]["status"] == "completed"
-        queued = [
-            s["duration"]
-            for s in server_spans(server.base_url, event["response"]["id"], LEARNER_KEY)
-            if s["stage"] == "queue"
-        ]
-        assert queued and max(queued) < QUEUED_AT_MOST_S, queued
-    alone_s = statistics.median(seconds for _, seconds in alone)
-    beside_s = statistics.median(seconds for _, seconds in beside)
-    assert beside_s <= 2 * alone_s + 0.02, (alone_s, beside_s)  # 20 ms for a shared machine's jitter
+    asked = [s["detail"] for e in feed.events for s in e["spans"] if s["stage"] == "queue"]
+    # A response cut while it waited has no verdict yet: it waited.
+    waited = [detail["held_by_key"] for detail in asked if detail.get("waited", True)]
+    assert len(waited) >= len(asked) // 2 and set(waited) == {SHARE}, asked
     assert max(peak) - rss_before < RSS_GROWTH_LIMIT_KB, (rss_before, max(peak))
 
 

@@ -8,6 +8,7 @@ server restarted on the same file serves what it stored before.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,11 @@ def message(text: str, item_id: str) -> dict[str, Any]:
     return {"id": item_id, "type": "message", "role": "user", "content": text}
 
 
-def save(store: ResponseStore, owner: str, rid: str, parent: str | None, at: int = 0) -> dict[str, Any]:
+async def save(store: ResponseStore, owner: str, rid: str, parent: str | None, at: int = 0) -> dict[str, Any]:
     """A response with one input item and one output item, named after it."""
     response = {"id": rid, "created_at": at, "object": "response"}
     inputs, outputs = [message(f"{rid} in", f"msg_{rid}_in")], [message(f"{rid} out", f"msg_{rid}_out")]
-    store.save(owner, response, inputs, outputs, parent=parent)
+    await store.save(owner, response, inputs, outputs, parent=parent)
     return response
 
 
@@ -46,40 +47,52 @@ def save(store: ResponseStore, owner: str, rid: str, parent: str | None, at: int
 
 
 def test_a_response_is_its_owners_only(store: ResponseStore) -> None:
-    response = save(store, "key_a", "resp_1", None)
-    assert store.get("key_a", "resp_1") == response and store.has("key_a", "resp_1")
-    assert store.get("key_b", "resp_1") is None and not store.has("key_b", "resp_1")
-    assert store.conversation("key_b", "resp_1") is None
-    assert store.delete("key_b", "resp_1") is False and store.has("key_a", "resp_1")
-    assert store.delete("key_a", "resp_1") is True and not store.has("key_a", "resp_1")
+    async def scenario() -> None:
+        response = await save(store, "key_a", "resp_1", None)
+        assert await store.get("key_a", "resp_1") == response and await store.has("key_a", "resp_1")
+        assert await store.get("key_b", "resp_1") is None and not await store.has("key_b", "resp_1")
+        assert await store.conversation("key_b", "resp_1") is None
+        assert await store.delete("key_b", "resp_1") is False and await store.has("key_a", "resp_1")
+        assert await store.delete("key_a", "resp_1") is True and not await store.has("key_a", "resp_1")
+
+    asyncio.run(scenario())
 
 
 def test_a_conversation_is_the_chain_oldest_first(store: ResponseStore) -> None:
-    save(store, "key_a", "resp_1", None)
-    save(store, "key_a", "resp_2", "resp_1")
-    save(store, "key_a", "resp_3", "resp_2")
-    texts = [item["content"] for item in store.conversation("key_a", "resp_3") or []]
-    assert texts == ["resp_1 in", "resp_1 out", "resp_2 in", "resp_2 out", "resp_3 in", "resp_3 out"]
-    assert store.conversation("key_a", "resp_unknown") is None
+    async def scenario() -> None:
+        await save(store, "key_a", "resp_1", None)
+        await save(store, "key_a", "resp_2", "resp_1")
+        await save(store, "key_a", "resp_3", "resp_2")
+        texts = [item["content"] for item in await store.conversation("key_a", "resp_3") or []]
+        assert texts == ["resp_1 in", "resp_1 out", "resp_2 in", "resp_2 out", "resp_3 in", "resp_3 out"]
+        assert await store.conversation("key_a", "resp_unknown") is None
+
+    asyncio.run(scenario())
 
 
 def test_a_deleted_ancestor_starts_the_history_after_it(store: ResponseStore) -> None:
-    save(store, "key_a", "resp_1", None)
-    save(store, "key_a", "resp_2", "resp_1")
-    save(store, "key_a", "resp_3", "resp_2")
-    store.delete("key_a", "resp_2")
-    texts = [item["content"] for item in store.conversation("key_a", "resp_3") or []]
-    assert texts == ["resp_3 in", "resp_3 out"]
-    assert store.items("resp_2", "input") == []  # its items went with it
+    async def scenario() -> None:
+        await save(store, "key_a", "resp_1", None)
+        await save(store, "key_a", "resp_2", "resp_1")
+        await save(store, "key_a", "resp_3", "resp_2")
+        await store.delete("key_a", "resp_2")
+        texts = [item["content"] for item in await store.conversation("key_a", "resp_3") or []]
+        assert texts == ["resp_3 in", "resp_3 out"]
+        assert await store.items("resp_2", "input") == []  # its items went with it
+
+    asyncio.run(scenario())
 
 
 def test_an_item_is_found_among_its_owners_responses_most_recent_first(store: ResponseStore) -> None:
-    save(store, "key_a", "resp_1", None, at=1)
-    again = message("again", "msg_resp_1_in")  # a later response holding an item of the same id
-    store.save("key_a", {"id": "resp_2", "created_at": 2}, [again], [], parent=None)
-    assert store.find_item("key_a", "msg_resp_1_in") == again
-    assert store.find_item("key_b", "msg_resp_1_in") is None
-    assert store.find_item("key_a", "msg_nowhere") is None
+    async def scenario() -> None:
+        await save(store, "key_a", "resp_1", None, at=1)
+        again = message("again", "msg_resp_1_in")  # a later response holding an item of the same id
+        await store.save("key_a", {"id": "resp_2", "created_at": 2}, [again], [], parent=None)
+        assert await store.find_item("key_a", "msg_resp_1_in") == again
+        assert await store.find_item("key_b", "msg_resp_1_in") is None
+        assert await store.find_item("key_a", "msg_nowhere") is None
+
+    asyncio.run(scenario())
 
 
 # ---------------------------------------------------------------- over loopback

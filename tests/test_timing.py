@@ -159,7 +159,7 @@ def test_the_decode_clock_wakes_for_each_token_on_a_coarse_timer() -> None:
 
 def test_the_servers_modeled_hops_keep_their_length_on_a_coarse_timer() -> None:
     class Ledger:
-        def record(self, charge: Charge) -> None:
+        async def write(self, charges: list[Charge]) -> None:
             pass
 
     charge = Charge("resp_1", "key", "labkit-spark", 10, 0, 5, "completed")

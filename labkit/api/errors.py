@@ -33,7 +33,7 @@ class APIError(Exception):
         self.type = type
         self.code = code
         self.param = param
-        self.headers = headers  # the HTTP headers the answer carries (a rate limit's), if any
+        self.headers = headers  # the HTTP headers the answer carries (a rate limit's, a retry's), if any
 
     def fields(self) -> dict[str, Any]:
         return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
@@ -114,6 +114,30 @@ def rate_limited(
 def too_large(message: str) -> APIError:
     """413: a request body over the server's limit."""
     return APIError(413, message, code="request_too_large")
+
+
+RETRY_AFTER_S = 1  # how long a client told to retry (a 503) waits first
+
+
+def database_unavailable(cause: str, *, locked: bool) -> APIError:
+    """503: the server's database stayed locked by another process, or cannot be written (a
+    full disk): nothing the client did, and a retry may well succeed.
+
+    >>> err = database_unavailable("database is locked", locked=True)
+    >>> err.status, err.code, err.headers
+    (503, 'database_unavailable', {'retry-after': '1'})
+    """
+    why = (
+        "its database is locked by another process" if locked else f"its database cannot be written ({cause})"
+    )
+    return APIError(
+        503,
+        f"The server cannot reach its stored responses and billing right now: {why}. "
+        f"Retry in {RETRY_AFTER_S} s.",
+        type="server_error",
+        code="database_unavailable",
+        headers={"retry-after": str(RETRY_AFTER_S)},
+    )
 
 
 def server_error(message: str = "The server had an error while processing your request.") -> APIError:

@@ -140,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest HTTP request body; a larger one is a 413",
     )
     p.add_argument(
+        "--head-timeout",
+        type=positive_number,
+        default=limits.HEAD_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long an HTTP request's line and headers may take to arrive; later is a 408 and a close",
+    )
+    p.add_argument(
         "--max-frame-bytes",
         type=positive_count,
         default=limits.MAX_FRAME_BYTES,
@@ -187,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="requests in flight per key (HTTP requests and WebSocket responses); more are a 429 "
         "(default: no cap)",
+    )
+    p.add_argument(
+        "--max-slots-per-key",
+        type=positive_count,
+        metavar="N",
+        help="engine slots one key may hold on a replica at once; its other responses wait while the "
+        "rest of the room is served (default: a quarter of the profile's engine.max_concurrent where "
+        "keys are required, no cap otherwise)",
     )
     p.add_argument(
         "--profile",

@@ -158,20 +158,39 @@ def check_models(path_text: str | None) -> None:
 
 
 def check_db(db: str) -> None:
-    """Open the SQLite file once, as the server's lifespan would, to report a bad --db here."""
+    """Open the SQLite file as the server will (WAL, its tables), to report a bad --db here: a
+    folder, a path under a file, a file that is not SQLite, one that cannot be written. A file
+    another process has locked is not a mistake: the server serves, and waits for it."""
     if db == ":memory:":
         return
-    path = Path(db)
+    path, where = Path(db), f"--db '{db}'"
     if path.is_dir():
-        raise CommandError(f"--db '{db}' is a directory; pass the path of a SQLite file")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        sqlite3.connect(path).close()
-    except (OSError, sqlite3.Error) as e:
-        reason = e.strerror if isinstance(e, OSError) else str(e)
+        raise CommandError(f"{where} is a directory; pass the path of a SQLite file")
+    blocker = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if blocker is not None:
         raise CommandError(
-            f"cannot open the database '{db}': {reason}; pass another path with --db"
+            f"{where} cannot be created: '{blocker}' is a file, not a folder; pass another path"
+        )
+    from labkit.server.database import LOCKED  # the server's own modules: only now, when serving
+    from labkit.server.workers import prepare_database
+
+    try:
+        prepare_database(db)
+    except OSError as e:
+        raise CommandError(
+            f"{where} cannot be created: {e.strerror or e}; pass another path with --db"
         ) from None
+    except sqlite3.Error as e:
+        reason = str(e)
+        if reason in LOCKED:
+            return
+        if "not a database" in reason:
+            what = "is not a SQLite database"
+        elif "readonly" in reason or "read-only" in reason:
+            what = "cannot be written"
+        else:
+            what = "cannot be opened or written"
+        raise CommandError(f"{where} {what} ({reason}); pass another path with --db") from None
 
 
 def check_scenario(name: str, data_dir: Path) -> None:

@@ -23,15 +23,21 @@ READY_LINE = "labkit: serving on http://{host}:{port}/v1"
 PARENT_GONE_GRACE_S = 5.0  # how long open connections may hold up a shutdown nobody will cut short
 # One process: how long open responses may hold up SIGTERM or Ctrl-C (LabkitServer kills at 10 s).
 SHUTDOWN_GRACE_S = 5.0
+# SIGTERM's whole bound: that grace, then at most 2 s to write the billing queue (billing.DRAIN_S,
+# even with the ledger's disk full), then the database files close (a statement still waiting
+# for a lock ends within its timeout, counted from when it was asked: before the drain began).
+SHUTDOWN_BOUND_S = 8.0
 
 
 def bind(host: str, port: int) -> socket.socket:
     """A TCP socket bound to host:port; a failure is one line saying what to change."""
+    from labkit.server.wire_limits import ListeningSocket  # accepts once a retry when out of descriptors
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         # proto=IPPROTO_TCP matters: asyncio only turns Nagle's algorithm off (TCP_NODELAY) for
         # sockets that say they are TCP, and Nagle plus delayed ACKs holds small frames for 40 ms.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = ListeningSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     except OSError as e:
         raise CommandError(f"cannot open a socket for {host}: {e.strerror or e}", status=1) from None
     try:
@@ -71,6 +77,7 @@ def serve(args: argparse.Namespace) -> None:
     from labkit.server.network import MAX_HEADER_BYTES, TrackedHTTP
     from labkit.server.shutdown import Server
     from labkit.server.trace_stream import instructor_keys_from_env
+    from labkit.server.ws_protocol import BoundedWebSocket
 
     config = ServerConfig(
         api_keys=(args.api_key or []) + keys_from_env(),
@@ -88,6 +95,7 @@ def serve(args: argparse.Namespace) -> None:
         max_traces=args.max_traces,
         max_connections_per_key=args.max_connections_per_key,
         max_requests_per_key=args.max_requests_per_key,
+        max_slots_per_key=args.max_slots_per_key,
     )
     if args.db:
         config.db = args.db
@@ -118,8 +126,9 @@ def serve(args: argparse.Namespace) -> None:
             log_level=args.log_level,
             lifespan="on",
             ws_ping_interval=None,
+            ws=BoundedWebSocket,  # pongs nobody reads and fragments count toward the connection's bound
             ws_max_size=args.max_frame_bytes,  # a larger frame is refused: close code 1009
-            http=TrackedHTTP,
+            http=TrackedHTTP.configured(head_timeout_s=args.head_timeout),
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # larger headers: a 431 in the API's shape
         ),
         app.state.shutdown,  # trace streams end as the shutdown begins, not when their readers leave

@@ -25,11 +25,11 @@ from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE, load_profile
 from labkit.server import http
 from labkit.server.auth import KeyLimiter, Keys, RequestsPerKey
-from labkit.server.billing import Ledger
+from labkit.server.billing import LEDGER_BUSY_TIMEOUT_S, Ledger
 from labkit.server.database import Database
 from labkit.server.datadir import DB_ENV, default_db
 from labkit.server.pipeline import Pipeline
-from labkit.server.shared_traces import SharedFeed, SharedTraces
+from labkit.server.shared_traces import SHARED_TRACES_BUSY_TIMEOUT_S, SharedFeed, SharedTraces
 from labkit.server.shutdown import ShutdownNotice
 from labkit.server.store import ResponseStore
 from labkit.server.timer import raise_resolution, restore_resolution
@@ -58,6 +58,8 @@ class ServerConfig:
     max_traces: int = limits.MAX_TRACES
     max_connections_per_key: int | None = None
     max_requests_per_key: int | None = None
+    # A key's share of each replica's engine slots; None: a quarter where keys are required, else no cap.
+    max_slots_per_key: int | None = None
     # --workers: the room whose traces every worker shares through the database file.
     trace_room: str | None = None
 
@@ -92,19 +94,29 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The store, the ledger and the shared traces each have a connection (and a thread) of
+        # their own: a statement waiting for the file holds up only its own kind of work.
         database = Database(config.db)
-        shared = SharedTraces(database, config.trace_room, config.max_traces) if config.trace_room else None
+        # ":memory:" is a database of each connection's own: there the ledger shares the store's.
+        memory = config.db == ":memory:"
+        ledger = database if memory else Database(config.db, busy_timeout_s=LEDGER_BUSY_TIMEOUT_S)
+        databases = [database] if memory else [database, ledger]
+        shared = None
+        if config.trace_room:
+            databases.append(traces_db := Database(config.db, busy_timeout_s=SHARED_TRACES_BUSY_TIMEOUT_S))
+            shared = SharedTraces(traces_db, config.trace_room, config.max_traces)
         encoding()  # load the tokenizer now, not on the first request
         app.state.pipeline = Pipeline(
             load_catalogue(config.models),
             load_profile(config.profile, config.data_dir),
             ResponseStore(database),
-            Ledger(database),
+            Ledger(ledger),
             # An instructor's key is a key too, where keys are required.
             keys=Keys(config.api_keys + config.instructor_keys if config.api_keys else []),
             data_dir=config.data_dir,
             traces=TraceStore(config.max_traces, shared),
             policy=GenericPolicy(max_output_tokens=config.max_output_tokens),
+            slots_per_key=config.max_slots_per_key,
         )
         if shared is not None:  # a subscriber on one worker sees every worker's responses
             app.state.pipeline.feed = SharedFeed(shared)
@@ -125,12 +137,15 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         try:
             yield
         finally:
-            app.state.shutdown.forget(app.state.pipeline.feed.close)
-            app.state.pipeline.feed.close()  # its reader of the shared table stops before the file closes
-            await app.state.pipeline.billing.drain()
-            database.close()
-            if fine_timer:
-                restore_resolution()
+            try:
+                app.state.shutdown.forget(app.state.pipeline.feed.close)
+                app.state.pipeline.feed.close()  # its reader of the shared table stops before the file closes
+                await app.state.pipeline.billing.drain()  # at most billing.DRAIN_S, and never raises
+            finally:
+                for db in databases:
+                    db.close()
+                if fine_timer:
+                    restore_resolution()
 
     app = Starlette(
         routes=ROUTES,

@@ -53,7 +53,7 @@ async def compact(pipeline: Pipeline, turn: Turn, body: Any) -> dict[str, Any]:
     """The compaction pass through the pipeline's stages: validation, hydration (the window),
     render, routing, then queue, prefill and the summary's decode; returns the compact resource."""
     pipeline.validate(turn, body, accept_compaction)
-    pipeline.hydrate(turn)
+    await pipeline.hydrate(turn)
     window = turn.items
     if not window:
         raise invalid_request("There is nothing to compact: 'input' is empty.", param="input")

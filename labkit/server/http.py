@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from labkit import limits
@@ -44,6 +45,8 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
+log = logging.getLogger("uvicorn.error")  # the server's own log, as uvicorn configures it
+
 LAST_FRAME_GRACE_S = 2.0  # how long a cut stream's last frame may wait for the client
 
 
@@ -51,7 +54,9 @@ async def read_body(request: Request) -> bytes:
     """The body, refused with a 413 past the server's limit (``labkit serve --max-body-bytes``).
 
     A declared ``content-length`` over the limit is refused before reading; a chunked body
-    is read only as far as the limit, so an oversized one never sits in memory.
+    is read only as far as the limit, so an oversized one never sits in memory (and in at most
+    ``limits.MAX_BODY_CHUNKS`` chunks: ``labkit.server.wire_limits``). A client that leaves
+    mid-body is one line in the log.
     """
     limit: int = getattr(request.app.state, "max_body_bytes", limits.MAX_BODY_BYTES)
     refusal = too_large(f"The request body is larger than this server's limit of {limit} bytes.")
@@ -59,11 +64,21 @@ async def read_body(request: Request) -> bytes:
     if declared.isdigit() and len(declared) < 20 and int(declared) > limit:
         raise refusal
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise refusal
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise refusal
+            chunks.append(chunk)
+    except ClientDisconnect:  # nobody is left to answer: one line in the log, not a traceback
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.warning(
+            "%s closed its connection before the body of %s %s arrived",
+            client,
+            request.method,
+            request.url.path,
+        )
+        raise invalid_request("The connection closed before the request body arrived.") from None
     return b"".join(chunks)
 
 
@@ -170,7 +185,7 @@ async def sse_stream(
 
 async def retrieve_response(request: Request) -> Response:
     try:
-        found = pipeline_of(request).store.get(owner_of(request), request.path_params["response_id"])
+        found = await pipeline_of(request).store.get(owner_of(request), request.path_params["response_id"])
         if found is None:
             raise response_not_found(request.path_params["response_id"])
     except APIError as err:
@@ -181,7 +196,7 @@ async def retrieve_response(request: Request) -> Response:
 async def delete_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     try:
-        if not pipeline_of(request).store.delete(owner_of(request), response_id):
+        if not await pipeline_of(request).store.delete(owner_of(request), response_id):
             raise response_not_found(response_id)
     except APIError as err:
         return error_response(err)
@@ -204,13 +219,13 @@ async def list_input_items(request: Request) -> Response:
     params = request.query_params
     try:
         pipeline, owner = pipeline_of(request), owner_of(request)
-        if pipeline.store.get(owner, response_id) is None:
+        if await pipeline.store.get(owner, response_id) is None:
             raise response_not_found(response_id)
         limit = _limit(params.get("limit"))
         order = params.get("order", "desc")
         if order not in ("asc", "desc"):
             raise invalid_request("Invalid 'order': expected 'asc' or 'desc'.", param="order")
-        items = pipeline.store.items(response_id, "input")
+        items = await pipeline.store.items(response_id, "input")
         if order == "desc":
             items.reverse()
         after = params.get("after")

@@ -11,7 +11,10 @@ one that keeps its connection alive does not.
 
 The HTTP server learns that a connection closed from asyncio itself: ``TrackedHTTP`` is a
 protocol that wraps, by composition, the one uvicorn resolves for its ``--http`` setting,
-and forwards every call of the asyncio protocol interface to it.
+and forwards every call of the asyncio protocol interface to it. It also holds each
+connection to the bounds of ``labkit.server.wire_limits`` (a request head's deadline, one
+request's framing, a body's chunks), and answers a client that half-closes its side after
+its request (``shutdown(SHUT_WR)``): the answer goes out, then the connection closes.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from typing import Any
 
 import h11
 
+from labkit import limits
 from labkit.api import safejson
 from labkit.api.errors import APIError, invalid_request
+from labkit.server.wire_limits import BoundedH11, head_timeout
 
 # Enough to remember every live connection of a busy workshop.
 MAX_REMEMBERED = 65_536
@@ -130,13 +135,29 @@ class TrackedHTTP(asyncio.Protocol):
     """
 
     http = "h11"  # the --http setting wrapped: the same parser labkit always served with
+    head_timeout_s = limits.HEAD_TIMEOUT_S  # for a request's line and headers to arrive
+    max_body_chunks = limits.MAX_BODY_CHUNKS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.inner = http_protocol(self.http)(*args, **kwargs)
         self.client: tuple[str, int] | None = None
-        if hasattr(self.inner, "send_400_response"):
-            # uvicorn answers a request h11 cannot parse in plain text; the API's shape instead.
-            self.inner.send_400_response = self.refuse_unparsed
+        self.head_timer: asyncio.TimerHandle | None = None
+        self.half_closed = False  # the client shut its side down after a whole request
+        # uvicorn's parser, bounded in what one request may cost (labkit.server.wire_limits).
+        self.inner.conn = BoundedH11(h11.SERVER, self.head_limit(), max_body_chunks=self.max_body_chunks)
+        # uvicorn answers a request h11 cannot parse in plain text; the API's shape instead.
+        self.inner.send_400_response = self.refuse_unparsed
+        # Bound before a request's cycle reads it, so each cycle reports its end here.
+        self._answered = self.inner.on_response_complete
+        self.inner.on_response_complete = self.response_complete
+
+    @classmethod
+    def configured(cls, head_timeout_s: float) -> type[TrackedHTTP]:
+        """The protocol class for ``uvicorn.Config(http=...)`` with another head timeout.
+
+        uvicorn.Config(app, http=TrackedHTTP.configured(head_timeout_s=2.0))
+        """
+        return type(cls.__name__, (cls,), {"head_timeout_s": head_timeout_s})
 
     def head_limit(self) -> int:
         """The bound on a request's line and headers: uvicorn's setting, else ``MAX_HEADER_BYTES``."""
@@ -167,7 +188,10 @@ class TrackedHTTP(asyncio.Protocol):
         return HEAD_END.search(pending + data[: limit + 4], 0, limit + 4) is None
 
     def unparsed_error(self) -> APIError:
-        """What a request h11 refused gets: a 431 if its head outgrew the bound, else a 400."""
+        """What a request h11 refused gets: the bound it broke (``BoundedH11``), a 431 if its head
+        outgrew the bound, else a 400."""
+        if self.inner.conn.refusal is not None:
+            return self.inner.conn.refusal
         buffered, _closed = self.inner.conn.trailing_data  # h11's buffer: the head that did not parse
         if len(buffered) > self.head_limit():
             return self.head_too_large()
@@ -187,19 +211,65 @@ class TrackedHTTP(asyncio.Protocol):
         transport.write(head.encode() + body)  # the request was never parsed: no state to keep
         transport.close()
 
+    # ------------------------------------------------ a request head's deadline, and a half-close
+
+    def watch_head(self) -> None:
+        """Start the head's clock while a request head is awaited, and stop it once one is read.
+
+        From the connection's start, and from a later request's first byte (between requests,
+        uvicorn's keep-alive timeout closes an idle connection).
+        """
+        if self.inner.conn.their_state is h11.IDLE:
+            if self.head_timer is None:
+                loop = asyncio.get_running_loop()
+                self.head_timer = loop.call_later(self.head_timeout_s, self.head_too_late)
+        elif self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def head_too_late(self) -> None:
+        """No whole request head in time: a 408 if part of one came, else a plain close."""
+        self.head_timer = None
+        transport = self.inner.transport
+        if self.inner.conn.their_state is not h11.IDLE or transport is None or transport.is_closing():
+            return
+        pending, _closed = self.inner.conn.trailing_data
+        if pending:
+            self.refuse(head_timeout(self.head_timeout_s))
+        else:
+            transport.close()
+
+    def response_complete(self) -> None:
+        """uvicorn's end of an answer; then, for a client that half-closed, the connection's end
+        once no other request of its is being answered."""
+        self._answered()
+        if self.half_closed and self.inner.conn.their_state is h11.IDLE:
+            self.inner.transport.close()
+
+    # ------------------------------------------------ the asyncio protocol interface
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.client = client_of(transport)
         if self.client is not None:
             _TRANSPORTS[self.client] = transport
         self.inner.connection_made(transport)
+        self.watch_head()
 
     def data_received(self, data: bytes) -> None:
         if self.head_outgrows_limit(data):
             self.refuse(self.head_too_large())
             return
         self.inner.data_received(data)
+        self.watch_head()
 
     def eof_received(self) -> bool | None:
+        """The client shut its side down. After a whole request whose answer is still to come,
+        the transport stays open for the answer (``response_complete`` closes it); otherwise,
+        mid-head or mid-body, nothing more can come and the connection closes."""
+        conn, cycle = self.inner.conn, self.inner.cycle
+        if conn.their_state is h11.DONE and cycle is not None and not cycle.response_complete:
+            self.half_closed = True
+            return True
         return self.inner.eof_received()
 
     def pause_writing(self) -> None:
@@ -209,6 +279,9 @@ class TrackedHTTP(asyncio.Protocol):
         self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
         for tracker in list(_TRACKERS):
             tracker.forget(self.client)
         self.inner.connection_lost(exc)

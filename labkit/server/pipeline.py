@@ -23,7 +23,6 @@ segments), a compaction pass in ``labkit.server.compact``.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from labkit.api.events import Event
@@ -41,6 +40,7 @@ from labkit.server.render_cache import Renderings
 from labkit.server.routing import Router, serve_as
 from labkit.server.sampling import Emit, Sampling
 from labkit.server.scripts import ScriptLibrary
+from labkit.server.slots import EngineSlots, default_share
 from labkit.server.store import ResponseStore
 from labkit.server.trace_stream import TraceFeed
 from labkit.server.traces import Trace, TraceStore
@@ -63,6 +63,7 @@ class Pipeline(PreInference, Sampling, PostInference):
         data_dir: Path | None = None,
         traces: TraceStore | None = None,
         policy: Policy | None = None,
+        slots_per_key: int | None = None,
     ) -> None:
         self.profile = profile
         self.store = store
@@ -73,7 +74,9 @@ class Pipeline(PreInference, Sampling, PostInference):
             block_size=profile.engine.block_size,
             cache_capacity_tokens=profile.engine.cache_capacity_tokens,
         )
-        self.slots = {r.name: asyncio.Semaphore(profile.engine.max_concurrent) for r in self.router.replicas}
+        # A key's share of each replica's slots: by default, where keys are required (--max-slots-per-key).
+        share = slots_per_key or default_share(profile.engine.max_concurrent, bool(self.keys.required))
+        self.slots = {r.name: EngineSlots(profile.engine.max_concurrent, share) for r in self.router.replicas}
         self.renderings = Renderings()  # the render cache's one way in
         self.billing = Billing(ledger, profile.billing.hop_ms / 1000)
         self.connections = ConnectionTracker()

@@ -84,7 +84,7 @@ class PostInference:
                 hashed_items=hashed,
             )
 
-    def storage(self, turn: Turn) -> None:
+    async def storage(self, turn: Turn) -> None:
         req = turn.req
         assert req is not None
         if not req.store:
@@ -97,10 +97,10 @@ class PostInference:
             if turn.compacted is not None:
                 # Compacted (context_management): the chain starts again from the compacted window.
                 inputs, parent = turn.compacted + [i for i in turn.appended if i not in output], None
-            elif parent and turn.from_connection_cache and not self.store.has(turn.owner, parent):
+            elif parent and turn.from_connection_cache and not await self.store.has(turn.owner, parent):
                 # The history came from an unstored response: store it whole, so it is not lost.
                 inputs, parent = turn.history + inputs, None
-            self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
+            await self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
             span.items = len(inputs) + len(output)
 
     def charge(self, turn: Turn, status: str) -> Charge:

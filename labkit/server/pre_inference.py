@@ -71,7 +71,7 @@ class PreInference:
         with turn.trace.stage(Stage.VALIDATION) as span:
             span.items = len(accept(turn, body))
 
-    def hydrate(self, turn: Turn) -> None:
+    async def hydrate(self, turn: Turn) -> None:
         req = turn.req
         assert req is not None
         with turn.trace.stage(Stage.HYDRATION) as span:
@@ -81,20 +81,20 @@ class PreInference:
             elif turn.parent is not None:  # the connection cache's answer (``Turn.parent``)
                 turn.history, turn.source = turn.parent.items, Source.CONNECTION_CACHE
             else:
-                items = self.store.conversation(turn.owner, prev)
+                items = await self.store.conversation(turn.owner, prev)
                 if items is None:
                     raise previous_response_not_found(prev)
                 turn.history, turn.source = items, Source.STORE
-            turn.new_items = self.resolve_references(req.items, turn.owner)
+            turn.new_items = await self.resolve_references(req.items, turn.owner)
             # Needs the history: a tool output must answer a call in it (or in the new items).
             check_new_items(turn.history, turn.new_items, turn.owner)
             span.items, span.detail["source"] = len(turn.history), turn.source
 
-    def resolve_references(self, items: list[Item], owner: str) -> list[Item]:
+    async def resolve_references(self, items: list[Item], owner: str) -> list[Item]:
         resolved = []
         for i, item in enumerate(items):
             if item.get("type") == "item_reference":
-                found = self.store.find_item(owner, item["id"])
+                found = await self.store.find_item(owner, item["id"])
                 if found is None:
                     raise invalid_request(
                         f"Item with id '{item['id']}' not found.",

@@ -44,7 +44,7 @@ class ResponseFailed(Exception):
 async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
     """Validation through the intermediary hop; raises ``APIError`` before any event is sent."""
     pipeline.validate(turn, body)
-    pipeline.hydrate(turn)
+    await pipeline.hydrate(turn)
     await pipeline.input_safety(turn, pipeline.unseen_input(turn))
     await pipeline.render(turn)
     await pipeline.route(turn)
@@ -128,7 +128,7 @@ async def finish(
     await pipeline.output_safety(turn, turn.response["output"])
     pipeline.retain(turn)
     terminal = events.finish(status, usage(turn.prompt_tokens, turn.cached_tokens, turn.produced), stopped)
-    pipeline.storage(turn)
+    await pipeline.storage(turn)
     # Blocking billing holds the answer back; overlapped billing runs beside the next request.
     overlapped = turn.plan[Stage.BILLING].overlapped
     if not overlapped:

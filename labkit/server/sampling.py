@@ -10,7 +10,6 @@ runs them for a response, ``labkit.server.compact`` for a compaction pass.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -21,6 +20,7 @@ from labkit.api.ids import new_id, new_item_id
 from labkit.api.stages import Stage
 from labkit.engine.policies import Action, Call, Say
 from labkit.engine.render import GENERATION_PROMPT
+from labkit.server.slots import EngineSlots
 from labkit.server.turn import Turn
 from labkit.text.tokenizer import decode, encode_text
 
@@ -30,19 +30,22 @@ Emit = Callable[[Event], Awaitable[None]]
 class Sampling:
     """The inference stages (see the module's docstring)."""
 
-    slots: dict[str, asyncio.Semaphore]  # per replica: the responses it serves at once
+    slots: dict[str, EngineSlots]  # per replica: the responses it serves at once, shared by keys
 
     @asynccontextmanager
     async def queue(self, turn: Turn) -> AsyncIterator[None]:
-        """A slot on the turn's replica, held until the block ends."""
+        """A slot on the turn's replica, held until the block ends. The span says how busy the
+        replica was and how many of its slots the turn's key held when it asked, and whether it
+        waited (for a free slot, or for its key's share: ``labkit.server.slots``)."""
         assert turn.replica is not None
-        slot = self.slots[turn.replica.name]
-        with turn.trace.stage(Stage.QUEUE):
-            await slot.acquire()
+        slots = self.slots[turn.replica.name]
+        with turn.trace.stage(Stage.QUEUE) as span:
+            span.detail.update(busy=slots.busy, held_by_key=slots.held[turn.owner])
+            span.detail["waited"] = await slots.acquire(turn.owner)
         try:
             yield
         finally:
-            slot.release()
+            slots.release(turn.owner)
 
     async def prefill(self, turn: Turn) -> None:
         """The replica reads the prompt: the rendered conversation and the assistant's turn opener."""

@@ -44,6 +44,9 @@ from labkit.server.trace_stream import Subscriber, TraceFeed
 POLL_S = 0.05  # how often a worker with subscribers reads the rows the others appended
 BATCH = 256  # rows read at once: a burst larger than this is read over several polls
 PRUNE_EVERY = 256  # appends between two prunes of the oldest rows
+# Its statements run on the event loop (reads never wait in WAL mode; a write waits this long at
+# most for a lock held elsewhere, then its trace is dropped): a locked file stalls nobody long.
+SHARED_TRACES_BUSY_TIMEOUT_S = 0.1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (

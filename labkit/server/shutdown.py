@@ -16,10 +16,13 @@ close, and the shutdown goes on at once.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable
 
 import uvicorn
+
+from labkit.server.wire_limits import handle_accept_errors
 
 Listener = Callable[[], None]
 
@@ -60,6 +63,10 @@ class Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, notice: ShutdownNotice) -> None:
         super().__init__(config)
         self.notice = notice
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        handle_accept_errors(asyncio.get_running_loop())  # out of descriptors: said once, not per accept
+        await super().startup(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.notice.begin()  # before uvicorn waits for open connections: streams must end first

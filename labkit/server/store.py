@@ -9,6 +9,7 @@ follow-up pays for on every turn.
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 from labkit.server.database import Database
@@ -37,12 +38,16 @@ MAX_CHAIN = 10_000
 
 
 class ResponseStore:
-    def __init__(self, database: Database) -> None:
-        self._db, self._lock = database.conn, database.lock
-        with self._lock:
-            self._db.executescript(SCHEMA)
+    """Every method runs its statements on the database's own thread (``Database.run``): a file
+    locked elsewhere, or a full disk, is a 503 (``DatabaseUnavailable``) for the request that
+    needs the store, and nobody else waits for it."""
 
-    def save(
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        with database.lock:
+            database.conn.executescript(SCHEMA)
+
+    async def save(
         self,
         owner: str,
         response: dict[str, Any],
@@ -52,84 +57,77 @@ class ResponseStore:
         parent: str | None,
     ) -> None:
         """Store a response with its items; ``parent`` is the stored response its history continues."""
+        head = (response["id"], owner, parent, response["created_at"], json.dumps(response))
         rows = [
             (response["id"], role, pos, item.get("id"), json.dumps(item))
             for role, items in (("input", input_items), ("output", output_items))
             for pos, item in enumerate(items)
         ]
-        with self._lock:
-            self._db.execute("BEGIN")
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock now: a busy file waits here, not mid-way
             try:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)",
-                    (
-                        response["id"],
-                        owner,
-                        parent,
-                        response["created_at"],
-                        json.dumps(response),
-                    ),
-                )
-                self._db.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?)", rows)
-                self._db.execute("COMMIT")
+                conn.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)", head)
+                conn.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?)", rows)
+                conn.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 raise
 
-    def get(self, owner: str, response_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT body FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
-            ).fetchone()
+        await self._db.run(write)
+
+    async def get(self, owner: str, response_id: str) -> dict[str, Any] | None:
+        query = "SELECT body FROM responses WHERE id = ? AND owner = ?"
+        row = await self._db.run(lambda conn: conn.execute(query, (response_id, owner)).fetchone())
         return json.loads(row[0]) if row else None
 
-    def has(self, owner: str, response_id: str) -> bool:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT 1 FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
-            ).fetchone()
+    async def has(self, owner: str, response_id: str) -> bool:
+        query = "SELECT 1 FROM responses WHERE id = ? AND owner = ?"
+        row = await self._db.run(lambda conn: conn.execute(query, (response_id, owner)).fetchone())
         return row is not None
 
-    def delete(self, owner: str, response_id: str) -> bool:
-        with self._lock:
-            cur = self._db.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner))
-        return cur.rowcount > 0
+    async def delete(self, owner: str, response_id: str) -> bool:
+        query = "DELETE FROM responses WHERE id = ? AND owner = ?"
+        return await self._db.run(lambda conn: conn.execute(query, (response_id, owner)).rowcount > 0)
 
-    def items(self, response_id: str, role: str) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT body FROM items WHERE response_id = ? AND role = ? ORDER BY position",
-                (response_id, role),
-            ).fetchall()
-        return [json.loads(body) for (body,) in rows]
+    async def items(self, response_id: str, role: str) -> list[dict[str, Any]]:
+        return await self._db.run(lambda conn: _items(conn, response_id, role))
 
-    def conversation(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
+    async def conversation(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
         """Every item of the chain ending at ``response_id``, oldest first; None if not found."""
-        chain: list[str] = []
-        current: str | None = response_id
-        while current is not None and len(chain) < MAX_CHAIN:
-            with self._lock:
-                row = self._db.execute(
-                    "SELECT parent_id FROM responses WHERE id = ? AND owner = ?",
-                    (current, owner),
-                ).fetchone()
-            if row is None:
-                if not chain:
-                    return None
-                break  # an ancestor was deleted: the history starts after it
-            chain.append(current)
-            current = row[0]
-        items: list[dict[str, Any]] = []
-        for rid in reversed(chain):
-            items += self.items(rid, "input") + self.items(rid, "output")
-        return items
+        return await self._db.run(lambda conn: _conversation(conn, owner, response_id))
 
-    def find_item(self, owner: str, item_id: str) -> dict[str, Any] | None:
+    async def find_item(self, owner: str, item_id: str) -> dict[str, Any] | None:
         """The most recent stored item with this id, among the owner's responses."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT i.body FROM items i JOIN responses r ON r.id = i.response_id "
-                "WHERE i.item_id = ? AND r.owner = ? ORDER BY r.created_at DESC LIMIT 1",
-                (item_id, owner),
-            ).fetchone()
+        query = (
+            "SELECT i.body FROM items i JOIN responses r ON r.id = i.response_id "
+            "WHERE i.item_id = ? AND r.owner = ? ORDER BY r.created_at DESC LIMIT 1"
+        )
+        row = await self._db.run(lambda conn: conn.execute(query, (item_id, owner)).fetchone())
         return json.loads(row[0]) if row else None
+
+
+def _items(conn: sqlite3.Connection, response_id: str, role: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT body FROM items WHERE response_id = ? AND role = ? ORDER BY position", (response_id, role)
+    ).fetchall()
+    return [json.loads(body) for (body,) in rows]
+
+
+def _conversation(conn: sqlite3.Connection, owner: str, response_id: str) -> list[dict[str, Any]] | None:
+    chain: list[str] = []
+    current: str | None = response_id
+    while current is not None and len(chain) < MAX_CHAIN:
+        row = conn.execute(
+            "SELECT parent_id FROM responses WHERE id = ? AND owner = ?", (current, owner)
+        ).fetchone()
+        if row is None:
+            if not chain:
+                return None
+            break  # an ancestor was deleted: the history starts after it
+        chain.append(current)
+        current = row[0]
+    items: list[dict[str, Any]] = []
+    for rid in reversed(chain):
+        items += _items(conn, rid, "input") + _items(conn, rid, "output")
+    return items

@@ -182,9 +182,11 @@ def test_interrupt_leaves_the_server_serving(start_kernel: Callable[[], tuple[An
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
     assert time.monotonic() - started < 10
 
-    content, printed = run(
-        kc, "import urllib.request; print(urllib.request.urlopen(server.url + '/healthz').status)"
-    )
+    check = "import urllib.request; print(urllib.request.urlopen(server.url + '/healthz').status)"
+    content, printed = run(kc, check)
+    if content["status"] == "aborted":  # ipykernel drops a request that lands while it clears the error
+        time.sleep(0.5)
+        content, printed = run(kc, check)
     assert content["status"] == "ok" and printed.strip() == "200", printed
     assert health(url) == 200 and not gone(pid)
 

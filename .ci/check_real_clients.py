@@ -58,7 +58,7 @@ SAMPLE_REPO = ROOT / "data" / "sample_repo"
 MODEL = "labkit-spark"
 INSTALL_TIMEOUT_S = 900  # npm ci: mostly the Codex CLI's native binary (about 150 MB to fetch)
 CLIENT_TIMEOUT_S = 180  # one client run; a run here takes a few seconds
-SETTLE_S = 1.0  # the traces stream is quiet this long after a client exits: it has said everything
+SETTLE_S = 0.5  # the traces stream is quiet this long after a client exits: it has said everything
 SETTLE_LIMIT_S = 10.0
 # vercel-compaction's contextManagement threshold (tokens): past it once the model has read a
 # source file or two, so a compaction happens mid-task; the task fits in the SDK's 12 steps.
@@ -71,7 +71,7 @@ CODEX_LOCAL_NOTICES = ("Model metadata for",)
 VERCEL_WEBSOCKET = (
     "@ai-sdk/openai {version} has no WebSocket mode for its Responses model: its docs "
     "(node_modules/@ai-sdk/openai/docs/03-openai.mdx, 'WebSocket Transport') route it through a "
-    "separate package, ai-sdk-openai-websocket-fetch, not installed here"
+    "separate package, ai-sdk-openai-websocket-fetch, which this check does not install"
 )
 
 
@@ -330,7 +330,8 @@ def compaction_evidence(steps: list[dict[str, Any]], tokens: str) -> str:
 
 
 def codex_home(folder: Path, base_url: str, websockets: bool) -> Path:
-    """A ``CODEX_HOME`` whose config points a model provider at labkit, and nothing else on."""
+    """A ``CODEX_HOME`` whose config points a model provider at labkit, with what Codex fetches
+    from the network at start switched off."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.toml").write_text(
         f"""model = "{MODEL}"
@@ -460,9 +461,10 @@ def codex_evidence(ctx: Context, key: str, seen: Seen, websockets: bool, command
     if decoded[0]["previous_response_id"] != warm_ups[0]["response_id"]:
         raise CheckFailed("the first turn did not continue the warm-up's response")
     first = seen.validated()[seen.traces.index(decoded[0])]
-    if resume and first <= ctx.first_turn_items.get("websocket", 0):
+    if resume and first <= ctx.fresh_task_items:
         raise CheckFailed(f"the resumed task sent {first} items: not the session's history")
-    ctx.first_turn_items.setdefault("websocket", first)
+    if not resume:
+        ctx.fresh_task_items = first
     return (
         f"WebSocket mode, 1 connection, design websocket: a generate: false warm-up, then {len(decoded)} "
         f"responses chained by previous_response_id, {ran}, {seen.from_connection_cache()} continued from "
@@ -490,7 +492,7 @@ class Context:
     work: Path
     trap: ProxyTrap
     codex_homes: dict[str, tuple[Path, Path]] = field(default_factory=dict)  # transport: home, repo
-    first_turn_items: dict[str, int] = field(default_factory=dict)  # transport: what its task sent
+    fresh_task_items: int = 0  # what codex-websocket's first turn sent, for codex-resume to exceed
 
     def run(
         self, name: str, cmd: list[str], cwd: Path, env: dict[str, str]
@@ -589,6 +591,8 @@ def main() -> None:
     if "codex-resume" in names and "codex-websocket" not in names:
         names.insert(names.index("codex-resume"), "codex-websocket")  # the session it resumes
     if args.keep:
+        if args.keep.exists() and any(args.keep.iterdir()):
+            raise SystemExit(f"check_real_clients: --keep {args.keep} is not empty; give a new folder")
         args.keep.mkdir(parents=True, exist_ok=True)
         results = run_checks(names, args.keep.resolve())
     else:

@@ -125,6 +125,19 @@ def test_compacting_a_compacted_window_adds_up(client: OpenAI) -> None:
     assert client.responses.create(model=MODEL, input=[*twice, answer], store=False).status == "completed"
 
 
+def test_the_calls_a_compaction_replaced_still_count_for_the_task(client: OpenAI) -> None:
+    """The model calls tools up to three times for a user message: two made before compacting
+    leave one, and once that one is compacted too, it answers."""
+    once = compact(client, input=rollout(client, calls=2))["output"]
+    step = client.responses.create(model=MODEL, input=once, tools=[READ_FILE_TOOL], store=False)
+    assert [item.type for item in step.output] == ["function_call"]
+    call = plain(step.output[0])
+    done = {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+    twice = compact(client, input=[*once, call, done])["output"]
+    answer = client.responses.create(model=MODEL, input=twice, tools=[READ_FILE_TOOL], store=False)
+    assert [item.type for item in answer.output] == ["message"]
+
+
 def test_the_compaction_pass_has_a_trace(server: LabkitServer, client: OpenAI) -> None:
     data = compact(client, input=rollout(client, calls=1))
     stages = [span["stage"] for span in server_spans(server.base_url, data["id"])]

@@ -13,8 +13,9 @@ a learner can still decode it to see what the model reads. A new item's seal is 
 before its payload is read, and the payload is parsed as strictly as a request body (no
 ``Infinity``, no deep nesting), so a forged item is refused, never a crash. The payload holds what the
 server needs to expand the item: the ``summary`` the model reads instead of the window, the
-``calls`` it stands for (tool outputs answering them stay valid), and tallies that add up
-across re-compactions.
+``calls`` it stands for (tool outputs answering them stay valid), how many of them answered
+the window's last user message (``task_calls``: the model's count of calls for the task goes
+on after a compaction), and tallies that add up across re-compactions.
 
     >>> sealed = seal(Payload("Read two files.", calls=("call_1",)), "key_abc")
     >>> open_payload(sealed).summary
@@ -30,7 +31,7 @@ import binascii
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ class Payload:
     items: int = 0
     tokens: int = 0
     tools: dict[str, int] = field(default_factory=dict)  # function calls replaced, by name
+    task_calls: int = 0  # of ``calls``, those made since the window's last user message
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +62,7 @@ class Payload:
             "items": self.items,
             "tokens": self.tokens,
             "tools": self.tools,
+            "task_calls": self.task_calls,
         }
 
 
@@ -101,12 +104,19 @@ def _as_payload(raw: Any) -> Payload | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("summary"), str):
         return None
     calls, tools = raw.get("calls", []), raw.get("tools", {})
-    items, tokens = raw.get("items", 0), raw.get("tokens", 0)
+    items, tokens, task_calls = raw.get("items", 0), raw.get("tokens", 0), raw.get("task_calls", 0)
     if not (isinstance(calls, list) and all(isinstance(call, str) for call in calls)):
         return None
-    if not (isinstance(tools, dict) and all(map(_is_count, [items, tokens, *tools.values()]))):
+    if not (isinstance(tools, dict) and all(map(_is_count, [items, tokens, task_calls, *tools.values()]))):
         return None
-    return Payload(raw["summary"], calls=tuple(calls), items=items, tokens=tokens, tools=dict(tools))
+    return Payload(
+        raw["summary"],
+        calls=tuple(calls),
+        items=items,
+        tokens=tokens,
+        tools=dict(tools),
+        task_calls=task_calls,
+    )
 
 
 def _payload(body: str) -> Payload | None:
@@ -156,6 +166,41 @@ def vouched_calls(item: dict[str, Any]) -> tuple[str, ...]:
     """The call ids a compaction item stands for: every function call of the window it replaced."""
     payload = open_payload(item.get("encrypted_content"))
     return payload.calls if payload is not None else ()
+
+
+def task_calls(item: dict[str, Any]) -> int:
+    """How many calls a compaction item stands for that answered the last user message of the
+    window it replaced (0 for content labkit cannot open)."""
+    payload = open_payload(item.get("encrypted_content"))
+    return payload.task_calls if payload is not None else 0
+
+
+def is_user_message(item: dict[str, Any]) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") == "user"
+
+
+def without_replaced(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An input as the model reads it: the items before its latest compaction item, but the user
+    messages, are what that item replaced, so they are left out.
+
+    A client that chains statelessly appends each response's output to the history it sends,
+    the compaction item included, as the API's compaction guide asks (the Vercel AI SDK does):
+    the window it sends then holds both the items a compaction replaced and the item itself.
+    Read this way, it is the window a follow-up by ``previous_response_id`` continues (the user
+    messages, the compaction item, what came after), so the input shrinks once compacted. A
+    window from ``POST /v1/responses/compact`` (its user messages, then the item) is unchanged.
+
+    >>> user = {"type": "message", "role": "user", "content": "Fix it."}
+    >>> call = {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"}
+    >>> done = {"type": "function_call_output", "call_id": "call_1", "output": "a.py"}
+    >>> item = {"type": "compaction", "encrypted_content": "lkc1.…"}
+    >>> [i["type"] for i in without_replaced([user, call, done, item, call, done])]
+    ['message', 'compaction', 'function_call', 'function_call_output']
+    """
+    latest = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
+    if latest is None:
+        return list(items)
+    return [item for item in items[:latest] if is_user_message(item)] + list(items[latest:])
 
 
 def verify_compactions(items: Iterable[dict[str, Any]], owner: str) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from labkit import limits
+from labkit.api.compaction import task_calls
 from labkit.engine.arguments import example_value
 from labkit.text.passage import leading_sentences, text_of_tokens
 
@@ -76,6 +77,15 @@ class TurnContext:
                 continue
             return kind == "message" and role == "assistant" and item.get("status") == "incomplete"
         return False
+
+    def calls_for_last_user(self) -> int:
+        """The function calls made since the last user message: those in the conversation, and
+        those a compaction item after it stands for (the calls it replaced are still made)."""
+        return sum(
+            1 if item.get("type") == "function_call" else task_calls(item)
+            for item in self.since_last_user()
+            if item.get("type") in ("function_call", "compaction")
+        )
 
     def function_tools(self) -> list[Item]:
         return [t for t in self.tools if t.get("type") == "function"]
@@ -142,7 +152,7 @@ class GenericPolicy:
         choice = ctx.tool_choice
         if not tools or choice == "none":
             return None
-        done = sum(1 for i in ctx.since_last_user() if i.get("type") == "function_call")
+        done = ctx.calls_for_last_user()
         if isinstance(choice, dict) and choice.get("type") == "function":
             named = [t for t in tools if t.get("name") == choice.get("name")]
             tools = named or tools

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from labkit.api.compaction import OBJECT, Payload, open_payload, seal
+from labkit.api.compaction import OBJECT, Payload, is_user_message, open_payload, seal
 from labkit.api.errors import invalid_request
 from labkit.api.event_types import OUTPUT_TEXT_DELTA
 from labkit.api.events import Event, ResponseEvents
@@ -35,7 +35,7 @@ from labkit.api.ids import new_id
 from labkit.api.requests import CreateBody, CreateRequest, parse_compact
 from labkit.api.responses import usage
 from labkit.api.stages import Source, Stage
-from labkit.engine.policies import Say
+from labkit.engine.policies import Say, TurnContext
 from labkit.engine.render import TokenBuffer, content_text, encode_block, item_block
 from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.render_cache import append_rendered
@@ -140,10 +140,6 @@ async def _kept_back(event: Event) -> None:
 # ---------------------------------------------------------------- the summary
 
 
-def is_user_message(item: Item) -> bool:
-    return item.get("type", "message") == "message" and item.get("role") == "user"
-
-
 def excerpt(text: str, limit: int) -> str:
     """The first ``limit`` tokens of ``text`` (marked when cut).
 
@@ -165,8 +161,8 @@ def summarize(window: Sequence[Item]) -> tuple[list[Item], Payload]:
     ...     {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"},
     ...     {"type": "function_call_output", "call_id": "call_1", "output": "a.py b.py"},
     ...     {"type": "message", "role": "assistant", "content": "There are two files."}])
-    >>> [item["content"] for item in kept], payload.calls, payload.tools
-    (['List the files.'], ('call_1',), {'ls': 1})
+    >>> [item["content"] for item in kept], payload.calls, payload.tools, payload.task_calls
+    (['List the files.'], ('call_1',), {'ls': 1}, 1)
     >>> print(payload.summary)
     Compacted context: 3 earlier items (38 tokens).
     Tools called: ls x1.
@@ -204,5 +200,13 @@ def summarize(window: Sequence[Item]) -> tuple[list[Item], Payload]:
     if tools:
         lines.append("Tools called: " + ", ".join(f"{name} x{n}" for name, n in tools.items()) + ".")
     lines += [last[head] for head in LAST_LINES if head in last]
-    payload = Payload("\n".join(lines), calls=tuple(calls), items=items, tokens=tokens, tools=dict(tools))
+    payload = Payload(
+        "\n".join(lines),
+        calls=tuple(calls),
+        items=items,
+        tokens=tokens,
+        tools=dict(tools),
+        # what the model has done for the task so far, which the compaction must not forget
+        task_calls=TurnContext(window).calls_for_last_user(),
+    )
     return kept, payload

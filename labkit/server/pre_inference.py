@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from labkit.api.compaction import without_replaced
 from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
 from labkit.api.ids import new_id, new_item_id
 from labkit.api.requests import check_new_items, parse_create, stored_form
@@ -85,10 +86,15 @@ class PreInference:
                 if items is None:
                     raise previous_response_not_found(prev)
                 turn.history, turn.source = items, Source.STORE
-            turn.new_items = await self.resolve_references(req.items, turn.owner)
+            sent = await self.resolve_references(req.items, turn.owner)
             # Needs the history: a tool output must answer a call in it (or in the new items).
-            check_new_items(turn.history, turn.new_items, turn.owner)
+            check_new_items(turn.history, sent, turn.owner)
+            # A compaction item in the input stands for what it replaced before it (a stateless
+            # client sends both): the model reads the compacted window.
+            turn.new_items = without_replaced(sent)
             span.items, span.detail["source"] = len(turn.history), turn.source
+            if len(turn.new_items) < len(sent):
+                span.detail["replaced"] = len(sent) - len(turn.new_items)
 
     async def resolve_references(self, items: list[Item], owner: str) -> list[Item]:
         resolved = []

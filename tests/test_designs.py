@@ -119,7 +119,7 @@ def test_the_prototype_wire_is_the_appended_plan_on_another_wire() -> None:
     prototype = compose("appended+prototype_wire")
     assert prototype.plan == APPENDED.plan and prototype.transport == APPENDED.transport
     for spec in ("websocket+prototype_wire", "appended+no_appended+prototype_wire"):
-        with pytest.raises(DesignSpecError, match="'prototype_wire' .* needs an appended design"):
+        with pytest.raises(DesignSpecError, match=r"'prototype_wire' .* needs an appended design"):
             compose(spec)
 
 

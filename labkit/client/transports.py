@@ -255,6 +255,9 @@ class AppendedRollout:
     def __init__(self, base_url: str, api_key: str, design: str = "appended") -> None:
         self.design = design
         self._client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        # The beta's modules load on first use (most of a second, once a process): here, before
+        # any turn is timed, not within the first one.
+        self._beta = self._client.beta.responses
         self._socket = ExitStack()  # holds the open socket; closing it closes the socket
         self._conn: Any = None
         self._response_id: str | None = None
@@ -263,7 +266,7 @@ class AppendedRollout:
         timer = _Timer()
         if self._conn is None:  # the socket opens within the first turn
             headers = {BETA_HEADER: MULTI_AGENT_BETA, DESIGN_HEADER: self.design}
-            connect = self._client.beta.responses.connect(extra_headers=headers)
+            connect = self._beta.connect(extra_headers=headers)
             self._conn = self._socket.enter_context(connect)
         timer.building()
         if self._response_id is None:

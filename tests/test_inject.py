@@ -29,6 +29,7 @@ from openai.types.beta.beta_responses_server_event import BetaResponsesServerEve
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from labkit import lab
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
@@ -464,3 +465,17 @@ def test_both_wires_run_the_same_pipeline(server: LabkitServer) -> None:
         usage = rollout.records[-1].usage or {}
         seen[design] = (stages, [r.calls for r in rollout.records], usage.get("output_tokens"))
     assert seen["appended"] == seen["appended+prototype_wire"]
+
+
+# ---------------------------------------------------------------- three wires side by side
+
+
+def test_the_three_wires_side_by_side(server: LabkitServer) -> None:
+    table = lab.wire_events(server.base_url, API_KEY)
+    prototype, launch, beta = (table[c] for c in table.columns)
+    assert list(table.loc["2 · the client sends"]) == ["append", "create", "inject"]
+    assert prototype.iloc[1].endswith("output_item.done → done")
+    assert launch.iloc[1].endswith("output_item.done → completed") and launch.iloc[3].startswith("created")
+    assert beta.iloc[1].endswith("output_item.done")  # no event says it waits
+    assert beta.iloc[3].startswith("inject.created → output_item.added")
+    assert all(column.iloc[3].endswith("completed") for column in (prototype, launch, beta))

@@ -51,10 +51,10 @@ class CpuCosts:
     fixed_s_per_turn: float = 0.002  # request parsing, event framing and bookkeeping, both ends
     http_request_s: float = 0.002  # the SDK preparing one HTTP request: settings, tools, instructions
     ws_request_s: float = 0.003  # ... one response.create event for WebSocket mode
-    # The SDK's beta response.inject (the appended design's later turns): no settings to build,
-    # but each input item goes through the beta's item types, dearer than a create's.
-    inject_s: float = 0.0005
-    inject_s_per_item: float = 0.0015
+    # The SDK sending response.inject as its own event object (the appended design's later
+    # turns, as labkit's client sends it): a small model to validate, no settings to build.
+    inject_s: float = 0.0001
+    inject_s_per_item: float = 0.00006
     timer_overrun_s: float = 0.0005  # how late a server's asyncio sleep wakes, on average
 
     @classmethod
@@ -160,13 +160,21 @@ def _request_seconds(items: int, tokens_each: int, *, websocket: bool = False) -
 
 def _inject_seconds(items: int) -> float:
     """What the official SDK spends sending ``response.inject`` (the multi-agent beta) with
-    ``items`` short tool outputs, to a loopback socket that discards it."""
+    ``items`` short tool outputs as labkit's client does, as the SDK's event object, to a
+    loopback socket that discards it."""
+    from openai.types.beta.beta_response_inject_event import BetaResponseInjectEvent
+
     outputs = [
         {"type": "function_call_output", "call_id": f"call_{i}", "output": text_of_tokens(10)}
         for i in range(items)
     ]
     with _discarding_socket() as base_url, _sdk(base_url).beta.responses.connect() as conn:
-        return _per_unit(lambda: conn.response.inject(response_id="resp_measure", input=outputs), 1)
+        return _per_unit(
+            lambda: conn.send(
+                BetaResponseInjectEvent(type="response.inject", response_id="r", input=outputs)
+            ),
+            1,
+        )
 
 
 def _sdk(base_url: str, transport: httpx.BaseTransport | None = None) -> OpenAI:

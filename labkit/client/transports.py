@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from openai import DefaultHttpxClient, OpenAI
+from openai.types.beta.beta_response_inject_event import BetaResponseInjectEvent
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.api.event_types import (
@@ -37,6 +38,7 @@ from labkit.api.event_types import (
     RESPONSE_CREATE,
     RESPONSE_CREATED,
     RESPONSE_DONE,
+    RESPONSE_INJECT,
     TERMINAL_EVENTS,
 )
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
@@ -245,7 +247,12 @@ class WebSocketMode:
 
 class AppendedRollout:
     """One response per rollout through the official SDK's beta connection: the first turn
-    creates it, each later turn injects the tool outputs (``connection.response.inject``).
+    creates it, each later turn injects the tool outputs (``response.inject``).
+
+    The inject goes out as the SDK's own event object (``connection.send(BetaResponseInjectEvent
+    (...))``), the same frame as ``connection.response.inject(...)``, whose preparation through
+    the beta's parameter types costs several milliseconds a turn (``docs/appended.md``): that
+    is the SDK's convenience, not the wire's.
 
     A turn ends at a function call's ``response.output_item.done``: the response waits for its
     output then (labkit's server sends no other sign; ``docs/appended.md``). A segment that
@@ -272,7 +279,10 @@ class AppendedRollout:
         if self._response_id is None:
             self._conn.response.create(input=request.history, **_create_body(request))
         else:
-            self._conn.response.inject(response_id=self._response_id, input=request.new)
+            inject = BetaResponseInjectEvent(
+                type=RESPONSE_INJECT, response_id=self._response_id, input=request.new
+            )
+            self._conn.send(inject)
         timer.request_left()
         output: list[Item] = []
         for event in self._conn:

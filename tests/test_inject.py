@@ -30,6 +30,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from labkit import lab
+from labkit.analysis.compare import compare
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
@@ -479,3 +480,16 @@ def test_the_three_wires_side_by_side(server: LabkitServer) -> None:
     assert beta.iloc[1].endswith("output_item.done")  # no event says it waits
     assert beta.iloc[3].startswith("inject.created → output_item.added")
     assert all(column.iloc[3].endswith("completed") for column in (prototype, launch, beta))
+
+
+def test_labkit_compare_runs_both_wires_by_name() -> None:
+    rows = compare(
+        tps=[1000],
+        scenario="synthetic:turns=3,output_tokens=10,tool_tokens=30,instruction_tokens=50",
+        profile="local",
+        designs=["appended", "appended+prototype_wire"],
+    )
+    assert [(r.design, r.turns, r.runs) for r in rows] == [
+        ("appended", 3, 1),
+        ("appended+prototype_wire", 3, 1),
+    ]

@@ -9,7 +9,8 @@ the one before it plus a few changes:
 | sprint    | the same                                   | render cache, model-config cache, no          |
 |           |                                            | intermediary hop, fast classifiers            |
 | websocket | one socket, previous_response_id + new     | the connection cache, overlapped billing      |
-| appended  | one socket, one long response, appends     | the whole rollout as one response             |
+| appended  | one socket, one long response, the tool   | the whole rollout as one response             |
+|           | outputs injected into it                   |                                               |
 
 ``Design.plan`` turns the mechanisms into a ``Plan``: for every stage (see
 ``labkit.api.stages``), whether it runs on every turn, the first, the last, or

@@ -9,7 +9,8 @@ the one before it plus a few changes:
 | sprint    | the same                                   | render cache, model-config cache, no          |
 |           |                                            | intermediary hop, fast classifiers            |
 | websocket | one socket, previous_response_id + new     | the connection cache, overlapped billing      |
-| appended  | one socket, one long response, appends     | the whole rollout as one response             |
+| appended  | one socket, one long response, the tool   | the whole rollout as one response             |
+|           | outputs injected into it                   |                                               |
 
 ``Design.plan`` turns the mechanisms into a ``Plan``: for every stage (see
 ``labkit.api.stages``), whether it runs on every turn, the first, the last, or
@@ -25,6 +26,11 @@ Designs also compose, so one mechanism can be measured at a time: ``compose``
 reads a spec such as ``naive+render_cache+no_intermediary`` (a design's name,
 then ``+part`` to switch a mechanism on, ``+no_part`` to switch it off), and
 every place that takes a design's name takes a spec too.
+
+One part changes no stage: ``appended+prototype_wire`` is the appended design
+with its client on labkit's reconstruction of the prototype's events
+(``response.done`` / ``response.append``) instead of the official SDK's beta
+``response.inject``. Both wires run the same plan.
 """
 
 from __future__ import annotations
@@ -135,7 +141,10 @@ class Design:
     fast_classifiers: bool = False  # the sprint's faster safety stack
     connection_cache: bool = False  # one socket; the previous response's state kept on it
     overlapped_billing: bool = False  # billing overlapped with the next request instead of blocking
-    appended: bool = False  # the whole rollout as one response, resumed by response.append
+    appended: bool = False  # the whole rollout as one response, resumed by the client's tool outputs
+    # ... sent as labkit's reconstruction of the prototype's response.append, not the beta
+    # response.inject: the client's wire, not a stage (the plan is the same)
+    prototype_wire: bool = False
 
     @property
     def transport(self) -> str:
@@ -224,7 +233,7 @@ SWITCHES: dict[str, str] = {
 
 class DesignSpecError(ValueError):
     """A design spec that names no design: an unknown base or part, or a part that is empty,
-    repeated, contradicted or changes nothing."""
+    repeated, contradicted, changes nothing, or needs a part the design lacks."""
 
 
 def _known() -> str:
@@ -236,7 +245,8 @@ def compose(spec: str) -> Design:
 
     ``+part`` switches a mechanism on, ``+no_part`` switches it off (parts: ``SWITCHES``).
     A part that is empty, repeated, contradicted by another, or already the base's
-    setting is a ``DesignSpecError``, so every part of a valid spec changes something.
+    setting is a ``DesignSpecError``, so every part of a valid spec changes something;
+    so is ``prototype_wire`` without ``appended``, whose wire it is.
     A composed design is named by its canonical spec (the base, then its parts in
     ``SWITCHES`` order), so equal specs give equal names; a bare name gives the named
     design itself. A spec is never renamed to another base's name: ``naive`` plus the
@@ -279,7 +289,13 @@ def compose(spec: str) -> Design:
         return base
     ordered = [chosen[f] for f in SWITCHES.values() if f in chosen]
     changes = {f: not part.startswith("no_") for f, part in chosen.items()}
-    return replace(base, name="+".join([base_name, *ordered]), **changes)
+    design = replace(base, name="+".join([base_name, *ordered]), **changes)
+    if design.prototype_wire and not design.appended:
+        raise DesignSpecError(
+            f"Labkit design part 'prototype_wire' in '{spec}' needs an appended design: it is the wire "
+            "of the appended rollout."
+        )
+    return design
 
 
 def select_design(spec: str | None, default: Design) -> Design:

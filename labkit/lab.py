@@ -21,7 +21,9 @@ The names, grouped:
   rollouts of one task, turn *t* of each before turn *t* + 1 of any), ``TurnRecord``; ``Toolbox``
   (the agent's real tools, on a sandbox copy of the sample repository); ``fetch_spans``
   (the server's spans of any response, such as one an SDK client made)
-- designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``
+- designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``;
+  ``wire_events`` (the events of one exchange over the prototype's wire, the launch's and the
+  SDK's beta ``response.inject``, side by side)
 - metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work`` (tokens a stage
   processed, per turn), ``stage_ms`` (milliseconds stages took, per turn), ``span_detail``;
   ``growth`` (how a turn's time grows with its history: a slope, its noise, a word when the run
@@ -91,6 +93,7 @@ from labkit.client.launcher import LabkitServer
 from labkit.client.records import TurnRecord
 from labkit.client.room import RoomServer, joined, learner_name, unread_variables
 from labkit.client.trace_watch import TraceWatcher
+from labkit.client.wires import side_by_side as wire_events
 from labkit.designs import DESIGNS, Design, compose, plan_rows
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
@@ -163,6 +166,7 @@ __all__ = [
     "watch_traces",
     "what_if_lab",
     "whatif",
+    "wire_events",
 ]
 
 

@@ -22,6 +22,7 @@ from labkit.profiles import load_profile
 from labkit.server.billing import Ledger
 from labkit.server.connection import (
     Action,
+    Append,
     Arrive,
     Connection,
     Failed,
@@ -37,6 +38,7 @@ from labkit.server.store import ResponseStore
 from labkit.server.turn import Turn
 
 WEBSOCKET = compose("websocket")
+APPENDED = compose("appended")
 
 
 def frame(kind: str = "response.create", **fields: Any) -> str:
@@ -383,6 +385,116 @@ def test_steering_events_are_numbered_in_a_sequence_of_their_own() -> None:
     assert numbers == [0, 1, 2, 3]
 
 
+# ---------------------------------------------------------------- injecting (the multi-agent beta)
+
+OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "42"}
+
+
+def inject(conn: Connection, target: Any = "resp_1", items: Any = None, **fields: Any) -> list[Action]:
+    return conn.receive(
+        frame("response.inject", response_id=target, input=[OUTPUT] if items is None else items, **fields)
+    )
+
+
+def test_an_inject_goes_to_the_rollout_it_names_on_any_lane_as_sent() -> None:
+    conn = Connection(APPENDED, inject=True)
+    job = running(conn, stream_id="lane-a")
+    [action] = inject(conn)
+    assert isinstance(action, Append) and action.job is job and action.items == [OUTPUT]
+    conn.append_taken(job)
+    assert list(job.inputs) == []
+
+
+@pytest.mark.parametrize(
+    ("frame_fields", "param", "code"),
+    [
+        pytest.param({"input": "an output"}, "input", "invalid_type", id="input-not-a-list"),
+        pytest.param(
+            {"input": [{"output": "x"}]}, "input[0].type", "missing_required_parameter", id="no-type"
+        ),
+        pytest.param({"input": [5]}, "input[0]", "invalid_type", id="not-an-item"),
+        pytest.param({"response_id": None}, "response_id", "missing_required_parameter", id="no-target"),
+        pytest.param({"response_id": 7}, "response_id", "invalid_type", id="bad-target"),
+        pytest.param({"stream_id": "lane-a"}, "stream_id", "unknown_parameter", id="a-lane"),
+    ],
+)
+def test_a_malformed_inject_is_an_error_and_hands_nothing_over(
+    frame_fields: dict[str, Any], param: str, code: str
+) -> None:
+    conn = Connection(APPENDED, inject=True)
+    job = running(conn)
+    payload = {"type": "response.inject", "response_id": "resp_1", "input": [OUTPUT], **frame_fields}
+    payload = {k: v for k, v in payload.items() if v is not None}
+    [event] = sent(conn.receive(json.dumps(payload)))
+    assert event["type"] == "error" and (event["error"]["param"], event["error"]["code"]) == (param, code)
+    assert list(job.inputs) == []
+
+
+def test_an_inject_for_no_response_of_this_connection_returns_the_input() -> None:
+    conn = Connection(APPENDED, inject=True)
+    [event] = sent(inject(conn, "resp_elsewhere"))
+    assert event == {
+        "type": "response.inject.failed",
+        "error": {
+            "code": "response_not_found",
+            "message": "No response 'resp_elsewhere' is running on this connection.",
+        },
+        "input": [OUTPUT],
+        "response_id": "resp_elsewhere",
+        "sequence_number": 0,
+    }
+
+
+@pytest.mark.parametrize(("design", "calls"), [("appended", []), ("websocket", [{"call_id": "call_1"}])])
+def test_an_inject_for_a_finished_response_returns_the_input_on_its_lane(
+    design: str, calls: list[Any]
+) -> None:
+    conn = Connection(compose(design), inject=True)
+    job = one_start(create(conn, stream_id="lane-a"))
+    run(conn, job, "resp_1", calls=calls)
+    [event] = sent(inject(conn))
+    assert event["error"]["code"] == "response_already_completed" and event["input"] == [OUTPUT]
+    assert event["stream_id"] == "lane-a"
+    # A websocket-mode response ended on its calls: the way on is a create that answers them.
+    assert ("previous_response_id" in event["error"]["message"]) == (design == "websocket")
+
+
+@pytest.mark.parametrize("outcome", [Finished(conversation("resp_1"), "completed"), Failed()])
+def test_input_a_response_ends_without_taking_is_returned(outcome: Any) -> None:
+    for design in ("appended", "websocket"):
+        conn = Connection(compose(design), inject=True)
+        job = running(conn)
+        handed = inject(conn)
+        assert bool(handed) == (design == "appended")  # only an appended rollout takes input
+        [event] = sent(conn.finished(job, outcome))
+        assert event["type"] == "response.inject.failed" and event["input"] == [OUTPUT]
+        assert event["error"]["code"] == "response_already_completed"
+
+
+def test_injects_sent_ahead_are_kept_up_to_a_point() -> None:
+    conn = Connection(APPENDED, inject=True, max_queued=2)
+    job = running(conn)
+    assert [type(a) for a in inject(conn) + inject(conn)] == [Append, Append]
+    assert error_code(inject(conn)) == ("websocket_queue_full", None)
+    assert len(job.inputs) == 2
+
+
+def test_each_wire_takes_its_own_frame_and_names_the_other() -> None:
+    prototype, beta = Connection(APPENDED), Connection(APPENDED, inject=True)
+    running(prototype), running(beta)
+    [refused] = sent(inject(prototype))
+    assert refused["error"]["code"] == "unknown_event" and "OpenAI-Beta" in refused["error"]["message"]
+    [refused] = sent(beta.receive(frame("response.append", response_id="resp_1", input=[OUTPUT])))
+    assert refused["error"]["code"] == "unknown_event" and "response.inject" in refused["error"]["message"]
+
+
+def test_inject_failures_are_numbered_with_the_steering_events() -> None:
+    conn = Connection(WEBSOCKET, inject=True)
+    running(conn)
+    numbers = [steer(conn)[0]["sequence_number"], sent(inject(conn, "resp_missing"))[0]["sequence_number"]]
+    assert numbers == [0, 1]
+
+
 # ---------------------------------------------------------------- the one answer, read by every stage
 
 
@@ -391,6 +503,7 @@ def test_every_stage_reads_the_caches_one_answer_and_none_asks_again() -> None:
     than the create names, they serve it from memory (hydration, rendering, routing); handed no
     answer for an id only a cache could hold, they go to the store and find nothing. A stage that
     asked again (compared ids, or looked for a cache) would fail one of the two."""
+
     async def discard(event: dict[str, Any]) -> None:
         return None
 

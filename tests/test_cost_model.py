@@ -47,6 +47,8 @@ NO_CPU = CpuCosts(
     fixed_s_per_turn=0,
     http_request_s=0,
     ws_request_s=0,
+    inject_s=0,
+    inject_s_per_item=0,
     timer_overrun_s=0,
 )
 
@@ -104,17 +106,43 @@ def test_cpu_costs_scale_with_what_is_sent() -> None:
         client_s_per_sent_token=1e-6,
         http_request_s=2e-3,
         ws_request_s=3e-3,
+        inject_s=0.5e-3,
+        inject_s_per_item=2e-3,
     )
     naive = predict("naive", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
     ws = predict("websocket", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
     appended = predict("appended", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
+    prototype = predict(
+        "appended+prototype_wire", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu
+    )
     # turn 2: naive sends 3 items / 660 tokens over HTTP, websocket 1 item / 500 tokens as an event
     assert naive[1].build == pytest.approx(2e-3 + 3e-3 + 660e-6)
     assert ws[1].build == pytest.approx(3e-3 + 1e-3 + 500e-6)
-    assert appended[1].build == 0  # raw JSON frames, no SDK
+    # appended: the SDK's beta create first (as websocket's), then an inject of the 1 tool output
+    assert appended[0].build == pytest.approx(ws[0].build)
+    assert appended[1].build == pytest.approx(0.5e-3 + 2e-3 + 500e-6)
+    assert [t.build for t in prototype] == [0, 0]  # raw JSON frames, no SDK
     # naive renders the system block and everything; websocket only the new items
     assert naive[1].api["render"] == pytest.approx(1660e-6)
     assert ws[1].api["render"] == pytest.approx(500e-6)
+
+
+def test_both_wires_of_the_appended_design_price_the_same_pipeline() -> None:
+    """The inject wire and the prototype's run the same plan: every stage of every turn costs the
+    same; only the client's building of its frames differs (the SDK's, or raw JSON)."""
+    cpu = CpuCosts()
+    inject, prototype = (
+        predict(d, PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=cpu)
+        for d in ("appended", "appended+prototype_wire")
+    )
+    assert [t.stages for t in inject] == [t.stages for t in prototype]
+    assert [t.tokens for t in inject] == [t.tokens for t in prototype]
+    assert [t.build for t in prototype] == [0, 0]
+    assert all(t.build > 0 for t in inject)
+    without_sdk = replace(cpu, ws_request_s=0, inject_s=0, inject_s_per_item=0, client_s_per_sent_item=0)
+    without_sdk = replace(without_sdk, client_s_per_sent_token=0)
+    priced = predict("appended", PROFILE, SHAPE, decode_tps=1000, prefill_tps=10_000, cpu=without_sdk)
+    assert end_to_end(priced) == pytest.approx(end_to_end(prototype))
 
 
 def test_every_modeled_delay_pays_the_timer_overrun() -> None:

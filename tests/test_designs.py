@@ -25,6 +25,7 @@ from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
 from labkit.client.transports import AppendedRollout, StatelessHTTP, WebSocketMode, open_transport
 from labkit.designs import (
+    APPENDED,
     DESIGNS,
     NAIVE,
     SPRINT,
@@ -80,25 +81,46 @@ def test_every_mechanism_has_a_part() -> None:
 
 
 def test_every_part_switches_on_and_off_uniformly() -> None:
-    """``part`` from a base where it is off, ``no_part`` from one where it is on."""
+    """``part`` from the first base where it is off (and its wire's design is there), ``no_part``
+    from one where it is on; the appended rollout's wire is on in no named design."""
     for part, field_name in SWITCHES.items():
-        off = next(d for d in DESIGNS.values() if not getattr(d, field_name))
-        on = next(d for d in DESIGNS.values() if getattr(d, field_name))
+        bases = [d for d in DESIGNS.values() if d.appended] if part == "prototype_wire" else DESIGNS.values()
+        off = next(d for d in bases if not getattr(d, field_name))
         assert getattr(compose(f"{off.name}+{part}"), field_name) is True
+        on = next((d for d in DESIGNS.values() if getattr(d, field_name)), None)
+        if on is None:
+            assert part == "prototype_wire"
+            continue
         assert getattr(compose(f"{on.name}+no_{part}"), field_name) is False
 
 
 def test_every_composed_name_composes_back_to_its_design() -> None:
-    """Canonical names are fixed points: every base with every set of changes."""
+    """Canonical names are fixed points: every base with every set of changes, except the
+    prototype's wire without the appended rollout it is the wire of."""
     seen: set[str] = set()
     for base in DESIGNS.values():
         for n in range(len(SWITCHES) + 1):
             for chosen in itertools.combinations(SWITCHES.items(), n):
                 parts = [p if not getattr(base, f) else f"no_{p}" for p, f in chosen]
-                design = compose("+".join([base.name, *reversed(parts)]))
+                spec = "+".join([base.name, *reversed(parts)])
+                toggled = dict(chosen)
+                if "prototype_wire" in toggled and base.appended == ("appended" in toggled):
+                    with pytest.raises(DesignSpecError, match="needs an appended design"):
+                        compose(spec)
+                    continue
+                design = compose(spec)
                 assert compose(design.name) == design
                 seen.add(design.name)
-    assert len(seen) == len(DESIGNS) * 2 ** len(SWITCHES)
+    # a quarter of the combinations: the wire switched on, the appended rollout off
+    assert len(seen) == len(DESIGNS) * 2 ** len(SWITCHES) * 3 // 4
+
+
+def test_the_prototype_wire_is_the_appended_plan_on_another_wire() -> None:
+    prototype = compose("appended+prototype_wire")
+    assert prototype.plan == APPENDED.plan and prototype.transport == APPENDED.transport
+    for spec in ("websocket+prototype_wire", "appended+no_appended+prototype_wire"):
+        with pytest.raises(DesignSpecError, match=r"'prototype_wire' .* needs an appended design"):
+            compose(spec)
 
 
 def test_the_sprint_spelled_out_keeps_its_spec_as_its_name() -> None:

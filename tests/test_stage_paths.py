@@ -3,8 +3,9 @@ of an appended rollout call the same ``Pipeline`` methods, so a change to a stag
 
 The server runs in this process (uvicorn on a loopback socket, in a thread), with each stage
 method of ``Pipeline`` wrapped to count its calls; real clients drive it over the socket: the
-official SDK for compaction, labkit's agent loop (``Rollout``) for the appended rollout. The
-spans the server reports for those responses come from the same functions.
+official SDK for compaction, labkit's agent loop (``Rollout``) for the appended rollout (over the
+SDK's beta connection, and over the prototype's wire). The spans the server reports for those
+responses come from the same functions.
 """
 
 from __future__ import annotations
@@ -99,10 +100,14 @@ def test_a_compaction_pass_runs_the_pipelines_stages(served: tuple[str, Counter[
     assert render["detail"]["cache"] in ("miss", "render_cache")  # the sprint's render cache consulted
 
 
-def test_each_appended_segment_runs_the_pipelines_stages(served: tuple[str, Counter[str]]) -> None:
+@pytest.mark.parametrize("design", ["appended", "appended+prototype_wire"])
+def test_each_appended_segment_runs_the_pipelines_stages(
+    served: tuple[str, Counter[str]], design: str
+) -> None:
+    """Over either wire: the SDK's beta (``response.inject``) or the prototype's (``response.append``)."""
     base_url, calls = served
     scenario = synthetic(turns=4, output_tokens=20, tool_tokens=50, instruction_tokens=100)
-    rollout, stages = ran(calls, lambda: Rollout.run(base_url, "appended", scenario, model=MODEL))
+    rollout, stages = ran(calls, lambda: Rollout.run(base_url, design, scenario, model=MODEL))
     assert len({record.response_id for record in rollout.records}) == 1  # one response
     segments = scenario.turns
     for stage in ("validate", "input_safety", "render", "queue", "prefill", "decode"):

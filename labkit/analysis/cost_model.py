@@ -174,7 +174,7 @@ def predict(
 def _turn_cost(rates: Rates, work: Work, stages: Iterable[Stage], *, tool_s: float) -> TurnCost:
     """One turn: the client building the request and running tools, and each stage, priced."""
     d, cpu = rates.design, rates.cpu
-    cost = TurnCost(build=build_seconds(d, cpu, work.sent_items, work.sent), tools=tool_s)
+    cost = TurnCost(build=build_seconds(d, cpu, work.sent_items, work.sent, first=work.first), tools=tool_s)
     for stage in stages:
         seconds, tokens = PRICES.get(stage, free)(rates, d.plan[stage], work)
         if seconds > 0 and stage not in NO_SLEEP:  # a modeled delay is an asyncio sleep

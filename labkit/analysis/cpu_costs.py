@@ -1,8 +1,8 @@
 """Real CPU work per unit (tokenizing, scanning, the SDK building a request), measured here.
 
 The cost model (``labkit.analysis.cost_model``) prices a rollout's real CPU work with these:
-``CpuCosts()`` holds a guess, ``CpuCosts.measure()`` times the work on this machine (about half
-a second), ``CpuCosts.scaled`` prices it on a slower or faster one.
+``CpuCosts()`` holds a guess, ``CpuCosts.measure()`` times the work on this machine (about a
+second), ``CpuCosts.scaled`` prices it on a slower or faster one.
 
 >>> CpuCosts().scaled(2).fixed_s_per_turn
 0.004
@@ -51,13 +51,18 @@ class CpuCosts:
     fixed_s_per_turn: float = 0.002  # request parsing, event framing and bookkeeping, both ends
     http_request_s: float = 0.002  # the SDK preparing one HTTP request: settings, tools, instructions
     ws_request_s: float = 0.003  # ... one response.create event for WebSocket mode
+    # The SDK sending response.inject as its own event object (the appended design's later
+    # turns, as labkit's client sends it): a small model to validate, no settings to build.
+    inject_s: float = 0.0001
+    inject_s_per_item: float = 0.00006
     timer_overrun_s: float = 0.0005  # how late a server's asyncio sleep wakes, on average
 
     @classmethod
     def measure(cls) -> CpuCosts:
-        """Time the real work on this machine (about half a second): tokenizing and scanning
+        """Time the real work on this machine (about a second): tokenizing and scanning
         source code, the official SDK preparing requests (one item; many small or few large
-        items) over HTTP and WebSocket mode, and how late a short asyncio sleep wakes up."""
+        items) over HTTP and WebSocket mode and an inject (one item, then six), and how late
+        a short asyncio sleep wakes up."""
         text = SAMPLE_CODE.read_text(encoding="utf-8")
         tokens = len(encode_text(text))
         tokenize = _per_unit(lambda: encode_text(text), tokens, repeat=31)
@@ -69,6 +74,8 @@ class CpuCosts:
         # request = r + items * a + tokens * b: more items of the same size give a, longer ones b
         per_item = max(0.0, (many - short) / 100)
         per_token = max(0.0, (long - short) / (20 * 990))
+        one, six = _inject_seconds(1), _inject_seconds(6)
+        per_injected = max(0.0, (six - one) / 5)
         return cls(
             tokenize_s_per_token=tokenize,
             scan_s_per_token=scanning,
@@ -76,6 +83,8 @@ class CpuCosts:
             client_s_per_sent_token=per_token,
             http_request_s=max(0.0, base - per_item - 10 * per_token),
             ws_request_s=max(0.0, ws_base - per_item - 10 * per_token),
+            inject_s=max(0.0, one - per_injected - 10 * per_token),
+            inject_s_per_item=per_injected,
             timer_overrun_s=_timer_overrun(),
         )
 
@@ -147,6 +156,25 @@ def _request_seconds(items: int, tokens_each: int, *, websocket: bool = False) -
         return _per_unit(lambda: client.responses.create(stream=True, **body).close(), 1)
     finally:
         client.close()
+
+
+def _inject_seconds(items: int) -> float:
+    """What the official SDK spends sending ``response.inject`` (the multi-agent beta) with
+    ``items`` short tool outputs as labkit's client does, as the SDK's event object, to a
+    loopback socket that discards it."""
+    from openai.types.beta.beta_response_inject_event import BetaResponseInjectEvent
+
+    outputs = [
+        {"type": "function_call_output", "call_id": f"call_{i}", "output": text_of_tokens(10)}
+        for i in range(items)
+    ]
+    with _discarding_socket() as base_url, _sdk(base_url).beta.responses.connect() as conn:
+        return _per_unit(
+            lambda: conn.send(
+                BetaResponseInjectEvent(type="response.inject", response_id="r", input=outputs)
+            ),
+            1,
+        )
 
 
 def _sdk(base_url: str, transport: httpx.BaseTransport | None = None) -> OpenAI:

@@ -187,13 +187,18 @@ PRICES: dict[Stage, Callable[[Rates, Step, Work], Price]] = {
 }
 
 
-def build_seconds(d: Design, cpu: CpuCosts, items: int, tokens: int) -> float:
-    """The client building a turn's request: the official SDK over HTTP or WebSocket mode; the
-    appended prototype's raw JSON frames cost next to nothing."""
-    if d.appended:
+def build_seconds(d: Design, cpu: CpuCosts, items: int, tokens: int, *, first: bool = True) -> float:
+    """The client building a turn's request: the official SDK over HTTP or WebSocket mode (the
+    appended design's first turn too, on the SDK's beta connection), then for the appended
+    design's later turns the SDK's inject of the tool outputs; over the prototype's wire, raw
+    JSON frames that cost next to nothing. ``first``: the rollout's first turn."""
+    if d.prototype_wire:
         return 0.0
+    sent = tokens * cpu.client_s_per_sent_token
+    if d.appended and not first:
+        return cpu.inject_s + items * cpu.inject_s_per_item + sent
     fixed = cpu.ws_request_s if d.transport == "websocket" else cpu.http_request_s
-    return fixed + items * cpu.client_s_per_sent_item + tokens * cpu.client_s_per_sent_token
+    return fixed + items * cpu.client_s_per_sent_item + sent
 
 
 def _over(step: Step, new: int, history: int, over: Over | None = None) -> int:

@@ -10,6 +10,7 @@ Nothing here imports anything, so every module of ``labkit.api`` may read it (``
 RESPONSE_CREATE = "response.create"
 RESPONSE_APPEND = "response.append"  # labkit's appended rollouts (docs/appended.md)
 RESPONSE_STEER = "response.steer"  # user input for a running response (docs/protocol.md §3.8)
+RESPONSE_INJECT = "response.inject"  # tool outputs for a waiting response (the multi-agent beta)
 
 # What the server sends, in the order a response sends them.
 RESPONSE_CREATED = "response.created"
@@ -36,6 +37,9 @@ ERROR = "error"
 STEER_ACCEPTED = "response.steer.accepted"
 STEER_PENDING = "response.steer.pending"
 STEER_FAILED = "response.steer.failed"
+# What answers a response.inject: committed to the response, or returned uncommitted.
+INJECT_CREATED = "response.inject.created"
+INJECT_FAILED = "response.inject.failed"
 
 TERMINAL_EVENTS = tuple(TERMINAL_EVENT.values())
 DELTA_EVENTS = (OUTPUT_TEXT_DELTA, ARGUMENTS_DELTA)

@@ -220,3 +220,10 @@ class ResponseEvents:
             status="requires_action",
             pending_calls=json_copy([item for item in pending if item["type"] == "function_call"]),
         )
+
+    # ------------------------------------------------------------ the multi-agent beta: response.inject
+
+    def inject_created(self) -> Event:
+        """``response.inject.created``: an inject's items are committed to this response (the
+        commit point; sampling resumes once every call it waits on is answered)."""
+        return self._event(types.INJECT_CREATED, response_id=self.response["id"])

@@ -5,8 +5,12 @@
   per request.
 - ``WebSocketMode`` (websocket): the official SDK's ``responses.connect()``;
   ``previous_response_id`` and only the new items.
-- ``AppendedRollout`` (appended): a raw WebSocket client for labkit's
-  extension; the first turn creates the response, later turns append to it.
+- ``AppendedRollout`` (appended): the official SDK's beta connection
+  (``beta.responses.connect()``, the multi-agent beta); the first turn creates
+  the response, later turns inject the tool outputs into it (``response.inject``).
+- ``PrototypeRollout`` (appended+prototype_wire): a raw WebSocket client for
+  labkit's reconstruction of the prototype's wire; later turns append to the
+  paused response (``response.append``).
 
 Every transport times its turn on the client's clock (``time.perf_counter``,
 the system's monotonic clock, which the server's spans use too) and returns
@@ -22,19 +26,23 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from openai import DefaultHttpxClient, OpenAI
+from openai.types.beta.beta_response_inject_event import BetaResponseInjectEvent
 from websockets.sync.client import ClientConnection, connect
 
 from labkit.api.event_types import (
     DELTA_EVENTS,
     ERROR,
+    INJECT_FAILED,
     OUTPUT_ITEM_DONE,
     RESPONSE_APPEND,
     RESPONSE_CREATE,
     RESPONSE_CREATED,
     RESPONSE_DONE,
+    RESPONSE_INJECT,
     TERMINAL_EVENTS,
 )
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
+from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA
 from labkit.designs import Design, compose
 
 Item = dict[str, Any]
@@ -234,13 +242,74 @@ class WebSocketMode:
         self._client.close()
 
 
-# ---------------------------------------------------------------- the appended prototype
+# ---------------------------------------------------------------- the appended design
 
 
 class AppendedRollout:
-    """labkit's extension: one response per rollout, resumed with ``response.append``."""
+    """One response per rollout through the official SDK's beta connection: the first turn
+    creates it, each later turn injects the tool outputs (``response.inject``).
+
+    The inject goes out as the SDK's own event object (``connection.send(BetaResponseInjectEvent
+    (...))``), the same frame as ``connection.response.inject(...)``, whose preparation through
+    the beta's parameter types costs several milliseconds a turn (``docs/appended.md``): that
+    is the SDK's convenience, not the wire's.
+
+    A turn ends at a function call's ``response.output_item.done``: the response waits for its
+    output then (labkit's server sends no other sign; ``docs/appended.md``). A segment that
+    samples several calls is several turns, one call each, as the server counts them.
+    """
 
     def __init__(self, base_url: str, api_key: str, design: str = "appended") -> None:
+        self.design = design
+        self._client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        # The beta's modules load on first use (most of a second, once a process): here, before
+        # any turn is timed, not within the first one.
+        self._beta = self._client.beta.responses
+        self._socket = ExitStack()  # holds the open socket; closing it closes the socket
+        self._conn: Any = None
+        self._response_id: str | None = None
+
+    def turn(self, request: TurnRequest) -> TurnResult:
+        timer = _Timer()
+        if self._conn is None:  # the socket opens within the first turn
+            headers = {BETA_HEADER: MULTI_AGENT_BETA, DESIGN_HEADER: self.design}
+            connect = self._beta.connect(extra_headers=headers)
+            self._conn = self._socket.enter_context(connect)
+        timer.building()
+        if self._response_id is None:
+            self._conn.response.create(input=request.history, **_create_body(request))
+        else:
+            inject = BetaResponseInjectEvent(
+                type=RESPONSE_INJECT, response_id=self._response_id, input=request.new
+            )
+            self._conn.send(inject)
+        timer.request_left()
+        output: list[Item] = []
+        for event in self._conn:
+            timer.see(event.type)
+            if event.type == RESPONSE_CREATED:
+                self._response_id = event.response.id
+            elif event.type == OUTPUT_ITEM_DONE:
+                output.append(event.item.model_dump(mode="json", exclude_unset=True))
+                if output[-1]["type"] == "function_call":  # the response waits for its output
+                    return timer.result({"id": self._response_id, "status": "in_progress"}, output)
+            elif event.type in TERMINAL_EVENTS:
+                return timer.result(event.response.model_dump(mode="json"), output)
+            elif event.type in (ERROR, INJECT_FAILED):
+                raise TurnFailed(str(event))
+        raise TurnFailed("the socket closed before the turn ended")
+
+    def close(self) -> None:
+        self._socket.close()
+        self._conn = None
+        self._client.close()
+
+
+class PrototypeRollout:
+    """labkit's reconstruction of the prototype's wire over a raw WebSocket (no SDK knows it):
+    one response per rollout, paused with ``response.done``, resumed with ``response.append``."""
+
+    def __init__(self, base_url: str, api_key: str, design: str = "appended+prototype_wire") -> None:
         self.design = design
         url = base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
         self._url, self._api_key = f"{url}/responses?{DESIGN_QUERY}={design}", api_key
@@ -289,13 +358,18 @@ def open_transport(
     design: str | Design, base_url: str, api_key: str, *, fresh_connection: bool = False
 ) -> Transport:
     """The transport a design's client uses: the whole history over HTTP, WebSocket mode, or
-    the appended extension. ``design``: a ``Design``, a name or a composed spec.
+    the appended rollout (on the SDK's beta wire, or the prototype's). ``design``: a ``Design``,
+    a name or a composed spec.
 
     >>> type(open_transport("websocket+no_connection_cache", "http://127.0.0.1:9/v1", "k")).__name__
     'StatelessHTTP'
+    >>> type(open_transport("appended+prototype_wire", "http://127.0.0.1:9/v1", "k")).__name__
+    'PrototypeRollout'
     """
     if isinstance(design, str):
         design = compose(design)  # a name or a composed spec; a bad one is a DesignSpecError
+    if design.prototype_wire:
+        return PrototypeRollout(base_url, api_key, design.name)
     if design.appended:
         return AppendedRollout(base_url, api_key, design.name)
     if design.transport == "websocket":

@@ -8,7 +8,8 @@ finished) and returns what to do about it, as actions:
 - ``Send(event)``: put this event on the socket (an error, a steering event);
 - ``Start(job)``: run this create now, on its lane (``job.parent`` is the connection cache's
   answer for it, ``job.body`` the create with any queued steering input prepended);
-- ``Append(job, items)``: hand these items to the appended rollout ``job`` is running;
+- ``Append(job, items)``: hand these items (a ``response.append``'s or a ``response.inject``'s
+  input) to the appended rollout ``job`` is running;
 - ``Arrive(payload)``: a steer on its way; once it has crossed the network, give it to ``steer``.
 
 It never awaits, never touches a socket, and holds no clock: ``labkit.server.websocket`` is the
@@ -32,6 +33,12 @@ The rules (docs/protocol.md §3):
   input, then runs first on the lane, from the connection cache. A target that stops on
   client-owned function calls keeps the input queued (``response.steer.pending``) until the
   client's create that continues it on the same lane, whose input it is put before.
+- **Injecting** (``labkit.api.inject``, on a connection whose upgrade named the multi-agent
+  beta): a ``response.inject`` is checked, then handed to its target, the response it names,
+  on whatever lane. An appended rollout takes it when it waits for tool outputs; any other
+  response, and a rollout that ends first, answers it with ``response.inject.failed``
+  (``response_already_completed``) when it ends; an unknown response with
+  ``response_not_found``. Either way the input is returned as it was sent.
 """
 
 from __future__ import annotations
@@ -42,9 +49,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from labkit.api import safejson, steering
+from labkit.api import inject, safejson, steering
 from labkit.api.errors import APIError, invalid_request, rate_limited
-from labkit.api.event_types import RESPONSE_APPEND, RESPONSE_CREATE, RESPONSE_STEER
+from labkit.api.event_types import RESPONSE_APPEND, RESPONSE_CREATE, RESPONSE_INJECT, RESPONSE_STEER
 from labkit.api.ids import new_id
 from labkit.api.requests import parse_item
 from labkit.designs import Design
@@ -60,6 +67,8 @@ ENDED_KEPT = 1024  # ended responses a connection remembers, to say why a steer 
 NOT_STEERABLE = {
     "appended": "An appended rollout is one response for a whole rollout; steering would end it and "
     "start a successor. Send the user's message in response.append at the next pause instead.",
+    "injected": "This response waits for its tool outputs and goes on sampling (response.inject); "
+    "steering would end it and start a successor. Inject the user's message with the tool outputs instead.",
     "no_cache": "This connection's design keeps no connection cache, and a steered response's successor "
     "continues from it. Use a design with the connection cache (websocket).",
     "compaction": "A response with context_management compaction cannot be steered.",
@@ -93,6 +102,8 @@ class Job:
     response_id: str | None = None  # once created
     steers: list[Steer] = field(default_factory=list)  # accepted for this response while it runs
     not_steerable: str | None = None  # why it cannot be steered (a key of NOT_STEERABLE), if so
+    # Input handed to it (response.append or response.inject, as sent) and not yet taken.
+    inputs: deque[list[Any]] = field(default_factory=deque)
 
     @property
     def stream_id(self) -> str | None:
@@ -124,7 +135,6 @@ class EndedResponse:
 class LaneState:
     queue: deque[Job] = field(default_factory=deque)
     current: Job | None = None  # running, or waiting for a slot
-    appends: int = 0  # response.append frames handed over and not yet taken (appended rollouts)
 
 
 # ---------------------------------------------------------------- what the connection returns
@@ -194,8 +204,12 @@ class Connection:
         max_lanes: int = MAX_LANES,
         max_in_flight: int = MAX_IN_FLIGHT,
         max_pending_steers: int = MAX_PENDING_STEERS,
+        inject: bool = False,
     ) -> None:
         self.design = design
+        # The upgrade named the multi-agent beta: response.inject is this connection's wire, and
+        # an appended rollout waits for it (no response.done, no response.append).
+        self.inject = inject
         self.cache: ConnectionCache[Conversation] = ConnectionCache(enabled=design.connection_cache)
         self.max_queued, self.max_queued_bytes = max_queued, max_queued_bytes
         self.max_lanes, self.max_in_flight = max_lanes, max_in_flight
@@ -229,9 +243,11 @@ class Connection:
                 return self.create(payload, len(frame))
             if kind == RESPONSE_STEER:
                 return [Arrive(payload)]
-            if kind == RESPONSE_APPEND and self.design.appended:
+            if kind == RESPONSE_INJECT and self.inject:
+                return self.take_inject(payload)
+            if kind == RESPONSE_APPEND and self.design.appended and not self.inject:
                 return self.append(payload)
-            raise invalid_request(f"Unsupported event type '{kind}'.", param="type", code="unknown_event")
+            raise invalid_request(_unsupported(kind, self.inject), param="type", code="unknown_event")
         except APIError as err:
             return [Send(err.ws_event())]
 
@@ -284,17 +300,43 @@ class Connection:
             raise invalid_request("'input' of response.append must be a list of items.", param="input")
         for i, item in enumerate(items):
             parse_item(item, f"input[{i}]")  # refuse bad items now; the rollout keeps waiting
-        if lane.appends >= self.max_queued:  # appends sent ahead are kept, up to a point
+        return self._hand_over(job, items, "appends", "this stream")
+
+    def take_inject(self, payload: dict[str, Any]) -> list[Action]:
+        """The multi-agent beta: input for the response the payload names, on any lane; refused
+        (an error) unless its items are items; returned (``response.inject.failed``) if that
+        response is none this connection runs, or has ended."""
+        target, raw = inject.parse_inject(payload)
+        job = self.active.get(target)
+        if job is not None:
+            return self._hand_over(job, raw, "injects", "this response")
+        ended = self.ended.get(target)
+        if ended is None:
+            message = f"No response '{target}' is running on this connection."
+            return [self._returned(inject.RESPONSE_NOT_FOUND, message, target, raw, None)]
+        message = f"Response '{target}' has finished and takes no more input."
+        if ended.state is Ended.WAITING:  # a websocket-mode response ends on its calls
+            message += " Send the tool outputs in a response.create with previous_response_id."
+        return [self._returned(inject.RESPONSE_ALREADY_COMPLETED, message, target, raw, ended.lane)]
+
+    def _returned(self, code: str, message: str, target: str, raw: list[Any], lane: Lane) -> Send:
+        """``response.inject.failed``: injected input not committed, returned as it was sent."""
+        return Send(inject.failed(code, message, target, raw, self._number(), lane))
+
+    def _hand_over(self, job: Job, items: list[Any], what: str, where: str) -> list[Action]:
+        """Input for a running response, kept until it is taken, up to a point. Only an appended
+        rollout takes any: another response ends on its calls, and returns it then (``finished``)."""
+        if len(job.inputs) >= self.max_queued:
             raise rate_limited(
-                f"Too many appends waiting on this stream (at most {self.max_queued}).",
+                f"Too many {what} waiting on {where} (at most {self.max_queued}).",
                 code="websocket_queue_full",
             )
-        lane.appends += 1
-        return [Append(job, items)]
+        job.inputs.append(items)
+        return [Append(job, items)] if self.design.appended else []
 
     def append_taken(self, job: Job) -> None:
-        """The rollout took one append off its lane."""
-        self.lanes[job.lane].appends -= 1
+        """The rollout took the oldest input handed to it."""
+        job.inputs.popleft()
 
     # ------------------------------------------------------------ steering
 
@@ -374,8 +416,9 @@ class Connection:
         """``job`` is over: keep or evict, route its steering input, start what comes next."""
         actions: list[Action] = []
         lane = self.lanes[job.lane]
-        lane.current, lane.appends = None, 0
+        lane.current = None
         self.running -= 1
+        actions += self._not_taken(job, outcome)
         if job.response_id is not None:
             self.active.pop(job.response_id, None)
         previous = job.body.get("previous_response_id")
@@ -412,6 +455,17 @@ class Connection:
             successor = Job(job.lane, body, 0, False, committing=job.steers, automatic=True)
             self.lanes[job.lane].queue.appendleft(successor)
         return []
+
+    def _not_taken(self, job: Job, outcome: Outcome) -> list[Action]:
+        """Injected input the response ended without taking, returned as it was sent (a
+        ``response.append`` sent too late is dropped: the prototype's wire has no such answer)."""
+        left, job.inputs = list(job.inputs), deque()
+        if not self.inject or job.response_id is None:
+            return []
+        status = outcome.status if isinstance(outcome, Finished) else "failed"
+        message = f"Response '{job.response_id}' ended ({status}) before it took this input."
+        code, target = inject.RESPONSE_ALREADY_COMPLETED, job.response_id
+        return [self._returned(code, message, target, raw, job.lane) for raw in left]
 
     def _remember(self, response_id: str, ended: EndedResponse) -> None:
         self.ended[response_id] = ended
@@ -459,7 +513,7 @@ class Connection:
 
     def _not_steerable(self, body: dict[str, Any]) -> str | None:
         if self.design.appended:
-            return "appended"
+            return "injected" if self.inject else "appended"
         if not self.design.connection_cache:
             return "no_cache"
         if body.get("context_management"):
@@ -469,6 +523,17 @@ class Connection:
 
 def _inputs(steers: list[Steer]) -> list[Item]:
     return [item for steer in steers for item in steer.items]
+
+
+def _unsupported(kind: str, injecting: bool) -> str:
+    """The message for a frame this connection does not take, with what it may have meant."""
+    message = f"Unsupported event type '{kind}'."
+    if kind == RESPONSE_INJECT:
+        beta = inject.MULTI_AGENT_BETA
+        message += f" It belongs to the {beta} beta: name the beta in the upgrade's OpenAI-Beta header."
+    elif kind == RESPONSE_APPEND and injecting:
+        message += " This connection named the multi-agent beta: send the tool outputs with response.inject."
+    return message
 
 
 def _too_late(target: str, state: Ended) -> str:

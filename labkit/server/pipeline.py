@@ -17,7 +17,7 @@ storage, billing.
 
 What a stage does under a design comes from the design's plan (``labkit.designs``).
 Every path runs the same stage functions, in its own order: a response in
-``labkit.server.responder`` (and ``labkit.server.appended`` for the prototype's later
+``labkit.server.responder`` (and ``labkit.server.appended`` for an appended rollout's later
 segments), a compaction pass in ``labkit.server.compact``.
 """
 

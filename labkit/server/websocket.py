@@ -8,9 +8,11 @@ only a running connection has: the socket and its writer (which cuts a client th
 slowly, ``labkit.server.ws_writer``), the connection's lifetime, the replica it is pinned to,
 the per-key cap of requests in flight, and the upgrade.
 
-With the ``appended`` design (labkit extension), one ``response.create`` starts a whole rollout
-as one response: it pauses with ``response.done`` at each function call and resumes on the
-client's ``response.append``.
+With the ``appended`` design, one ``response.create`` starts a whole rollout as one response
+that waits at each function call for the client's tool outputs: over the official SDK's
+multi-agent beta (an upgrade whose ``OpenAI-Beta`` header names it) they come in
+``response.inject``; otherwise the response pauses with ``response.done`` and resumes on
+``response.append`` (labkit's reconstruction of the prototype's wire).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from labkit.api.errors import APIError, as_api_error, invalid_request, server_error
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
+from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA, speaks_inject
 from labkit.designs import Design
 from labkit.engine.inference import Replica
 from labkit.limits import MAX_QUEUED_BYTES, MAX_QUEUED_CREATES, MAX_UNREAD_BYTES
@@ -66,6 +69,7 @@ class WebSocketSession:
         max_queued_bytes: int = MAX_QUEUED_BYTES,
         max_unread_bytes: int = MAX_UNREAD_BYTES,
         limits: KeyLimiter | None = None,
+        inject: bool = False,
     ) -> None:
         self.ws = ws
         self.pipeline = pipeline
@@ -74,11 +78,13 @@ class WebSocketSession:
         self.lifetime_s = lifetime_s
         self.setup = list(setup or [])  # connection set-up spans, reported with the first response
         self.replica: Replica | None = None  # the connection is pinned to one replica
-        self.connection = Connection(design, max_queued=max_queued, max_queued_bytes=max_queued_bytes)
+        self.connection = Connection(
+            design, max_queued=max_queued, max_queued_bytes=max_queued_bytes, inject=inject
+        )
         self.writer = ConnectionWriter(ws, max_unread_bytes, on_cut=self._cut)
         self.limits = limits or KeyLimiter()
         self.tasks: dict[Job, asyncio.Task[None]] = {}  # the responses running
-        self.appends: dict[Job, asyncio.Queue[list[Any]]] = {}  # appended rollouts' pending appends
+        self.appends: dict[Job, asyncio.Queue[list[Any]]] = {}  # appended rollouts' input, not taken
 
     @property
     def slow(self) -> SlowReader | None:
@@ -208,7 +214,9 @@ class WebSocketSession:
             await prepare(self.pipeline, turn, job.body)
             self.connection.created(job, turn.response["id"])
             if self.design.appended:
-                conversation = await respond_appended(self.pipeline, turn, emit, self._appends_of(job))
+                conversation = await respond_appended(
+                    self.pipeline, turn, emit, self._appends_of(job), inject=self.connection.inject
+                )
             else:
                 conversation = await respond(self.pipeline, turn, emit)
             self.replica = conversation.replica
@@ -224,7 +232,8 @@ class WebSocketSession:
             return Failed()
 
     def _appends_of(self, job: Job) -> Any:
-        """The appended rollout's way to wait for the client's next ``response.append``."""
+        """The appended rollout's way to wait for the client's next ``response.append`` or
+        ``response.inject``."""
         queue = self.appends.setdefault(job, asyncio.Queue())
 
         async def next_append() -> list[Any]:
@@ -270,6 +279,14 @@ async def websocket_endpoint(ws: WebSocket) -> None:
         # A query string decodes "+" as a space, and a design spec has no spaces: read them back.
         query = (ws.query_params.get(DESIGN_QUERY) or "").replace(" ", "+")
         design = requested_design(ws.headers.get(DESIGN_HEADER) or query, state.ws_design)
+        inject = speaks_inject(ws.headers.get(BETA_HEADER))
+        if inject and design.prototype_wire:
+            raise invalid_request(
+                f"The design '{design.name}' speaks response.append, and the {MULTI_AGENT_BETA} beta "
+                "response.inject: name the design without prototype_wire, or drop the OpenAI-Beta header.",
+                param=DESIGN_HEADER,
+                code="invalid_value",
+            )
     except APIError as err:
         await deny(ws, err)
         return
@@ -291,6 +308,7 @@ async def websocket_endpoint(ws: WebSocket) -> None:
             max_queued_bytes=getattr(state, "max_queued_bytes", MAX_QUEUED_BYTES),
             max_unread_bytes=getattr(state, "max_unread_bytes", MAX_UNREAD_BYTES),
             limits=limits,
+            inject=inject,
         )
         try:
             await session.run()

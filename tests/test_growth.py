@@ -8,8 +8,9 @@ import random
 import pytest
 
 from labkit import lab
-from labkit.analysis.growth import Growth
+from labkit.analysis.growth import Growth, history_tokens
 from labkit.analysis.guesses import Undecided
+from labkit.analysis.metrics import turns
 
 
 def test_a_clear_rise_is_named_and_its_size_is_stated() -> None:
@@ -72,3 +73,21 @@ def test_designs_that_take_turns_play_turn_by_turn_and_leave_the_wait_out(server
     assert waited > 0.3 * wall  # the other design's turns ran inside naive's rollout...
     assert lab.end_to_end(naive) < wall - 0.9 * waited  # ...and are not counted in its end to end
     assert lab.saving(naive, socket, column="wall").ms > 0
+
+
+def test_several_rollouts_are_fitted_as_one_line_through_all_their_turns(server: lab.LabkitServer) -> None:
+    """Two rollouts of one task: the line goes through both rollouts' turns (turn 0 of each left
+    out), so its noise is the fit of all the points, not of either alone."""
+    scenario = "synthetic:turns=6,output_tokens=20,tool_tokens=800,instruction_tokens=200"
+    first = lab.Rollout.run(server.base_url, "naive", scenario).frame()
+    second = lab.Rollout.run(server.base_url, "naive", scenario).frame()
+    one, both = lab.growth(first), lab.growth([first, second])
+    points = [
+        (history[turn], api[turn] * 1000)
+        for history, api in ((history_tokens(f), turns(f)["api"]) for f in (first, second))
+        for turn in api.index
+        if turn > 0
+    ]
+    expected = Growth.fit([h for h, _ in points], [ms for _, ms in points])
+    assert both == expected and both != one
+    assert both.history == pytest.approx(one.history, rel=0.01)  # about the same histories, twice

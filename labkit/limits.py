@@ -30,7 +30,8 @@ DB_BUSY_TIMEOUT_S = 2.0  # how long a statement waits for a lock on --db held el
 
 
 def limit_field(default: Any, help: str) -> Any:
-    """A field of ``ServerLimits``: its default, and its flag's help (one line, no default in it)."""
+    """A field of ``ServerLimits``: its default, and its flag's help. ``--help`` adds the default
+    to it, except None, whose meaning the help says itself ("(default: no cap)")."""
     return field(default=default, metadata={"help": help})
 
 
@@ -67,7 +68,9 @@ class ServerLimits:
         "events a client may leave unread, per WebSocket connection or SSE stream; past it its "
         "responses are cut (WebSocket close 1008, SSE response.failed client_too_slow)",
     )
-    max_traces: int = limit_field(MAX_TRACES, "responses whose spans are kept in memory for /v1/labkit/traces")
+    max_traces: int = limit_field(
+        MAX_TRACES, "responses whose spans are kept in memory for /v1/labkit/traces"
+    )
     max_connections_per_key: int | None = limit_field(
         None, "open WebSocket connections per key; more are refused with 429 (default: no cap)"
     )

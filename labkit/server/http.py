@@ -78,7 +78,7 @@ async def read_json(request: Request) -> Any:
     return safejson.loads(await read_body(request))
 
 
-def client_of(request: Request) -> tuple[str, int] | None:
+def address_of(request: Request) -> tuple[str, int] | None:
     return (request.client.host, request.client.port) if request.client else None
 
 
@@ -88,7 +88,7 @@ async def open_turn(request: Request) -> tuple[Pipeline, Turn]:
     pipeline = pipeline_of(request)
     trace = Trace()
     design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
-    await pipeline.connect(trace, client_of(request))
+    await pipeline.connect(trace, address_of(request))
     await pipeline.uplink(trace)
     owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
     return pipeline, Turn(design=design, owner=owner, trace=trace)
@@ -105,7 +105,7 @@ async def create_response(request: Request) -> Response:
     if turn.req.stream:
         limit = config_of(request.app).limits.max_unread_bytes
         return StreamingResponse(
-            sse_stream(pipeline, turn, limit, client_of(request)),
+            sse_stream(pipeline, turn, limit, address_of(request)),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )

@@ -23,6 +23,7 @@ from websockets.sync.client import connect
 
 from labkit.api.errors import APIError
 from labkit.client.launcher import LabkitServer
+from labkit.limits import ServerLimits
 from labkit.server.app import ServerConfig, create_app
 from labkit.server.auth import ANONYMOUS, KEYS_ENV, KeyLimiter, Keys, keys_from_env
 
@@ -213,7 +214,8 @@ def test_a_refused_key_passes_the_caps_to_be_answered_401(one_at_a_time: LabkitS
 def open_one_at_a_time(tmp_path: Path) -> Iterator[str]:
     """The real app with no keys and one request in flight per key, served in this process on
     loopback; its base URL."""
-    app = create_app(ServerConfig(db=str(tmp_path / "labkit.db"), profile="local", max_requests_per_key=1))
+    limits = ServerLimits(max_requests_per_key=1)
+    app = create_app(ServerConfig(db=str(tmp_path / "labkit.db"), profile="local", limits=limits))
     with served_in_thread(app) as url:
         yield f"{url}v1"
 

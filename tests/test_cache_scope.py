@@ -20,7 +20,8 @@ from websockets.sync.client import connect
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.launcher import LabkitServer
 from labkit.engine.prefix_cache import PrefixCache, scope_seed
-from labkit.server.render_cache import RenderCache, prefix_digests
+from labkit.engine.render import prefix_digests
+from labkit.server.render_cache import RenderCache
 
 MODEL = "labkit-spark"
 BLOCK = 16  # the local profile's block size: cached_tokens is a multiple of it

@@ -40,7 +40,7 @@ CELLS = [
     "frontend.ask()  # as lab.about() does in a notebook's first cell\n"
     "def draw(n):\n"
     "    return go.Figure(go.Bar(y=list(range(n))))",
-    # shown and built before the probe's answer: the cases that used to leave a widget each
+    # shown and built before the probe's answer: each case could leave a widget behind
     "first, second, in_layout = live.LivePlot(draw), live.LivePlot(draw), live.LivePlot(draw)\n"
     "first.show(0)\n"
     "second.show(0)\n"

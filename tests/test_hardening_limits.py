@@ -24,10 +24,10 @@ from labkit.client.launcher import LabkitServer
 from labkit.engine.arguments import MAX_EXAMPLE_CHARS, MAX_EXAMPLE_ITEMS, example_value
 from labkit.engine.policies import GenericPolicy, TurnContext
 from labkit.engine.prefix_cache import PrefixCache
-from labkit.engine.render import TokenBuffer
+from labkit.engine.render import TokenBuffer, prefix_digests
 from labkit.paths import default_data_dir
 from labkit.scenarios import SYNTHETIC_MAX, ScenarioNotFound, load_scenario
-from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes, prefix_digests
+from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.traces import Trace, TraceStore
 from labkit.text.tokenizer import encode_text

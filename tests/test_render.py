@@ -230,8 +230,8 @@ OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "README
 
 
 def test_fork_shares_with_zero_work_and_does_not_alias() -> None:
-    # A fork used to copy the ids; it is now a view of the same ids (no copy), which must still
-    # behave as a copy: appending to either leaves the other as it was.
+    # A fork is a view of the same ids (no copy), which must still behave as a copy:
+    # appending to either leaves the other as it was.
     buf = TokenBuffer.start("Be brief.", [])
     buf.append([USER, CALL])
     ids_before, encoded_before = list(buf.ids), buf.encoded

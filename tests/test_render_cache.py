@@ -7,8 +7,8 @@ import threading
 import tracemalloc
 from collections.abc import Callable
 
-from labkit.engine.render import TokenBuffer
-from labkit.server.render_cache import ENTRY_BYTES, PrefixHasher, RenderCache, buffer_bytes, prefix_digests
+from labkit.engine.render import PrefixHasher, TokenBuffer, prefix_digests
+from labkit.server.render_cache import ENTRY_BYTES, RenderCache, buffer_bytes
 from labkit.text.tokenizer import encode_text
 
 USER = {"type": "message", "role": "user", "content": "Fix the failing test."}

@@ -20,9 +20,9 @@ from labkit.scenarios import parse_synthetic
 from labkit.server.scripts import ENTRY_BYTES, MAX_SCENARIO_BYTES, ScriptLibrary, policy_bytes
 
 MB = 10**6
-# About 5 MB each once loaded (499 calls of 2,000 tokens): 64 of them held 320 MB before the bound.
+# About 5 MB each once loaded (499 calls of 2,000 tokens): 64 of them would hold 320 MB unbounded.
 LARGE = "synthetic:turns=500,output_tokens=2000,tool_tokens=0,instruction_tokens={}"
-NAMES = 64  # the most a cache bounded by entries used to keep
+NAMES = 64  # as many as a cache bounded by its entries (not their bytes) would keep
 
 
 def ask(library: ScriptLibrary, name: str) -> object:

@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from labkit import __version__, limits
+from labkit import __version__
 from labkit.cli.checks import (
     CommandError,
     check_models,
@@ -23,13 +23,12 @@ from labkit.cli.checks import (
     design_spec,
     port_number,
     positive_count,
-    positive_number,
     speeds,
 )
 from labkit.cli.doctor import doctor_command
 from labkit.cli.fit import add_fit_parser
 from labkit.cli.replay import add_replay_parser
-from labkit.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve
+from labkit.cli.serve import DEFAULT_HOST, DEFAULT_PORT, add_limit_flags, serve
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import builtin_speeds
 from labkit.paths import default_data_dir
@@ -120,88 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         "also $LABKIT_INSTRUCTOR_KEYS)",
     )
     p.add_argument(
-        "--ws-lifetime",
-        type=positive_number,
-        default=limits.WS_LIFETIME_S,
-        metavar="SECONDS",
-        help="how long a WebSocket connection may stay open",
-    )
-    p.add_argument(
         "--allow-no-keys",
         action="store_true",
         help="serve on a non-loopback --host without API keys (refused otherwise)",
-    )
-    # Limits for a room of clients (docs/protocol.md, "Limits").
-    p.add_argument(
-        "--max-body-bytes",
-        type=positive_count,
-        default=limits.MAX_BODY_BYTES,
-        metavar="N",
-        help="largest HTTP request body; a larger one is a 413",
-    )
-    p.add_argument(
-        "--head-timeout",
-        type=positive_number,
-        default=limits.HEAD_TIMEOUT_S,
-        metavar="SECONDS",
-        help="how long an HTTP request's line and headers may take to arrive; later is a 408 and a close",
-    )
-    p.add_argument(
-        "--max-frame-bytes",
-        type=positive_count,
-        default=limits.MAX_FRAME_BYTES,
-        metavar="N",
-        help="largest WebSocket frame; a larger one closes the socket with code 1009",
-    )
-    p.add_argument(
-        "--max-output-tokens",
-        type=positive_count,
-        default=limits.MAX_OUTPUT_TOKENS,
-        metavar="N",
-        help="the longest answer the simulated model writes, whatever the request asks for",
-    )
-    p.add_argument(
-        "--max-queued-creates",
-        type=positive_count,
-        default=limits.MAX_QUEUED_CREATES,
-        metavar="N",
-        help="creates waiting on one WebSocket connection; more are refused (websocket_queue_full)",
-    )
-    p.add_argument(
-        "--max-unread-bytes",
-        type=positive_count,
-        default=limits.MAX_UNREAD_BYTES,
-        metavar="N",
-        help="events a client may leave unread, per WebSocket connection or SSE stream; past it its "
-        "responses are cut (WebSocket close 1008, SSE response.failed client_too_slow)",
-    )
-    p.add_argument(
-        "--max-traces",
-        type=positive_count,
-        default=limits.MAX_TRACES,
-        metavar="N",
-        help="responses whose spans are kept in memory for /v1/labkit/traces",
-    )
-    p.add_argument(
-        "--max-connections-per-key",
-        type=positive_count,
-        metavar="N",
-        help="open WebSocket connections per key; more are refused with 429 (default: no cap)",
-    )
-    p.add_argument(
-        "--max-requests-per-key",
-        type=positive_count,
-        metavar="N",
-        help="requests in flight per key (HTTP requests and WebSocket responses); more are a 429 "
-        "(default: no cap)",
-    )
-    p.add_argument(
-        "--max-slots-per-key",
-        type=positive_count,
-        metavar="N",
-        help="engine slots one key may hold on a replica at once; its other responses wait while the "
-        "rest of the room is served (default: a quarter of the profile's engine.max_concurrent where "
-        "keys are required, no cap otherwise)",
     )
     p.add_argument(
         "--profile",
@@ -244,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --exit-with-parent: remove this folder (the parent's temporary one) once the "
         "parent is gone and the server has stopped",
     )
+    add_limit_flags(p)  # one per field of labkit.limits.ServerLimits
     p.set_defaults(func=serve, command_parser=p)
 
     compare_help = "run every design on one scenario at several model speeds"

@@ -4,18 +4,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import errno
 import os
 import shutil
 import signal
 import socket
 import threading
+import typing
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from labkit.cli.checks import CommandError, check_db, check_keys, check_models, check_profile
+from labkit.cli.checks import (
+    CommandError,
+    check_db,
+    check_keys,
+    check_models,
+    check_profile,
+    positive_count,
+    positive_number,
+)
+from labkit.limits import ServerLimits
 from labkit.paths import default_data_dir
 from labkit.server.auth import keys_from_env
+
+if TYPE_CHECKING:
+    from labkit.server.config import ServerConfig
 
 DEFAULT_HOST = "127.0.0.1"  # this machine only
 DEFAULT_PORT = 8765
@@ -65,6 +79,63 @@ def _bind_problem(e: OSError, host: str, port: int) -> str:
     return f"cannot listen on {host}:{port}: {e.strerror or e}"
 
 
+def limit_flag(name: str) -> str:
+    """The ``labkit serve`` flag of a ``ServerLimits`` field: a trailing ``_s`` (seconds) left off.
+
+    >>> limit_flag("max_body_bytes"), limit_flag("head_timeout_s")
+    ('--max-body-bytes', '--head-timeout')
+    """
+    return "--" + name.removesuffix("_s").replace("_", "-")
+
+
+def add_limit_flags(parser: argparse.ArgumentParser, limits: type[ServerLimits] = ServerLimits) -> None:
+    """A flag for each field of ``limits``, its default and help the field's; parsed into
+    ``args.<field name>`` (``limits_of``). A float is seconds (a positive number), an int or
+    ``int | None`` a count (a whole number, 1 or more)."""
+    group = parser.add_argument_group("limits for a room of clients (docs/protocol.md, \"Limits\")")
+    hints = typing.get_type_hints(limits)
+    for spec in dataclasses.fields(limits):
+        kind = hints[spec.name]
+        if kind is float:
+            kind_of, metavar = positive_number, "SECONDS"
+        elif kind in (int, int | None):
+            kind_of, metavar = positive_count, "N"
+        else:
+            raise TypeError(f"ServerLimits.{spec.name}: a limit is an int, an int | None or a float")
+        group.add_argument(
+            limit_flag(spec.name),
+            type=kind_of,
+            default=spec.default,
+            metavar=metavar,
+            dest=spec.name,
+            help=spec.metadata["help"],
+        )
+
+
+def limits_of(args: argparse.Namespace, limits: type[ServerLimits] = ServerLimits) -> ServerLimits:
+    """The limits ``add_limit_flags``' flags were given."""
+    return limits(**{spec.name: getattr(args, spec.name) for spec in dataclasses.fields(limits)})
+
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The server's configuration from ``labkit serve``'s arguments and the environment."""
+    from labkit.server.config import ServerConfig
+    from labkit.server.trace_stream import instructor_keys_from_env
+
+    config = ServerConfig(
+        api_keys=(args.api_key or []) + keys_from_env(),
+        models=args.models,
+        profile=args.profile,
+        design=args.design,
+        data_dir=default_data_dir(),
+        instructor_keys=(args.instructor_key or []) + instructor_keys_from_env(),
+        limits=limits_of(args),
+    )
+    if args.db:
+        config.db = args.db
+    return config
+
+
 def serve(args: argparse.Namespace) -> None:
     data_dir = default_data_dir()
     check_profile(args.profile, data_dir)
@@ -73,32 +144,12 @@ def serve(args: argparse.Namespace) -> None:
     # mistake caught above (and every --help) would otherwise wait for.
     import uvicorn
 
-    from labkit.server.app import ServerConfig, create_app
+    from labkit.server.app import create_app
     from labkit.server.network import MAX_HEADER_BYTES, TrackedHTTP
     from labkit.server.shutdown import Server
-    from labkit.server.trace_stream import instructor_keys_from_env
     from labkit.server.ws_protocol import BoundedWebSocket
 
-    config = ServerConfig(
-        api_keys=(args.api_key or []) + keys_from_env(),
-        ws_lifetime_s=args.ws_lifetime,
-        models=args.models,
-        profile=args.profile,
-        design=args.design,
-        data_dir=data_dir,
-        instructor_keys=(args.instructor_key or []) + instructor_keys_from_env(),
-        max_body_bytes=args.max_body_bytes,
-        max_frame_bytes=args.max_frame_bytes,
-        max_output_tokens=args.max_output_tokens,
-        max_queued_creates=args.max_queued_creates,
-        max_unread_bytes=args.max_unread_bytes,
-        max_traces=args.max_traces,
-        max_connections_per_key=args.max_connections_per_key,
-        max_requests_per_key=args.max_requests_per_key,
-        max_slots_per_key=args.max_slots_per_key,
-    )
-    if args.db:
-        config.db = args.db
+    config = server_config(args)
     check_db(config.db)
     if args.workers > 1 and not hasattr(os, "fork"):
         # Workers are forked (they share the bound socket): without fork, one process serves all.
@@ -127,8 +178,8 @@ def serve(args: argparse.Namespace) -> None:
             lifespan="on",
             ws_ping_interval=None,
             ws=BoundedWebSocket,  # pongs nobody reads and fragments count toward the connection's bound
-            ws_max_size=args.max_frame_bytes,  # a larger frame is refused: close code 1009
-            http=TrackedHTTP.configured(head_timeout_s=args.head_timeout),
+            ws_max_size=config.limits.max_frame_bytes,  # a larger frame is refused: close code 1009
+            http=TrackedHTTP.configured(head_timeout_s=config.limits.head_timeout_s),
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # larger headers: a 431 in the API's shape
         ),
         app.state.shutdown,  # trace streams end as the shutdown begins, not when their readers leave

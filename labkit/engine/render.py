@@ -99,6 +99,46 @@ def system_digest(instructions: str | None, tools: Sequence[Item]) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+# ---------------------------------------------------------------- naming a rendered prefix
+
+
+class PrefixHasher:
+    """A running hash over the system block and then item after item.
+
+    Its digest ``i`` names the system block and items ``0..i`` (and, given one, their owner):
+    equal digests, equal tokens. It can be copied and extended, so a conversation that
+    grows is hashed only where it grew.
+    """
+
+    def __init__(self, system_digest: str, owner: str | None = None) -> None:
+        self._running = hashlib.sha256(system_digest.encode())
+        if owner is not None:  # owners never share a digest (labkit.server.render_cache)
+            self._running.update(b"\x02" + owner.encode())
+        self.count = 0  # items hashed so far
+        self.last: str | None = None  # the digest after the last item
+
+    def extend(self, items: Sequence[Item]) -> list[str]:
+        """The digest after each of ``items``."""
+        digests = []
+        for item in items:
+            block_header, body = item_block(item)
+            self._running.update(b"\x00" + block_header.encode() + b"\x01" + body.encode())
+            digests.append(self._running.copy().hexdigest())
+        self.count += len(digests)
+        self.last = digests[-1] if digests else self.last
+        return digests
+
+    def copy(self) -> PrefixHasher:
+        twin = PrefixHasher.__new__(PrefixHasher)
+        twin._running, twin.count, twin.last = self._running.copy(), self.count, self.last
+        return twin
+
+
+def prefix_digests(system_digest: str, items: Sequence[Item], owner: str | None = None) -> list[str]:
+    """The digest of every prefix of ``items`` (see ``PrefixHasher``)."""
+    return PrefixHasher(system_digest, owner).extend(items)
+
+
 # ---------------------------------------------------------------- two ways to tokenize
 
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -15,19 +12,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 
-from labkit import limits
 from labkit.api.errors import APIError, server_error
 from labkit.designs import DEFAULT_HTTP, DEFAULT_WEBSOCKET, select_design
 from labkit.engine.catalogue import load_catalogue
 from labkit.engine.policies import GenericPolicy
 from labkit.engine.timing import calibrate
-from labkit.paths import default_data_dir
-from labkit.profiles import DEFAULT_PROFILE, load_profile
+from labkit.profiles import load_profile
 from labkit.server import http
 from labkit.server.auth import KeyLimiter, Keys, RequestsPerKey
 from labkit.server.billing import LEDGER_BUSY_TIMEOUT_S, Ledger
+from labkit.server.config import ServerConfig
 from labkit.server.database import Database
-from labkit.server.datadir import DB_ENV, default_db
 from labkit.server.pipeline import Pipeline
 from labkit.server.shared_traces import SHARED_TRACES_BUSY_TIMEOUT_S, SharedFeed, SharedTraces
 from labkit.server.shutdown import ShutdownNotice
@@ -37,32 +32,6 @@ from labkit.server.trace_stream import stream_traces
 from labkit.server.traces import TraceStore
 from labkit.server.websocket import websocket_endpoint
 from labkit.text.tokenizer import encoding
-
-
-@dataclass
-class ServerConfig:
-    db: str = field(default_factory=lambda: os.environ.get(DB_ENV) or str(default_db()))
-    models: str | None = None
-    api_keys: list[str] = field(default_factory=list)
-    ws_lifetime_s: float = limits.WS_LIFETIME_S
-    data_dir: Path = field(default_factory=default_data_dir)
-    profile: str = DEFAULT_PROFILE
-    design: str | None = None  # the default design for both transports; None: sprint / websocket
-    instructor_keys: list[str] = field(default_factory=list)  # may watch every key's traces
-    # Limits for a shared server (docs/protocol.md, "Limits"); None: no cap.
-    max_body_bytes: int = limits.MAX_BODY_BYTES
-    max_frame_bytes: int = limits.MAX_FRAME_BYTES  # enforced by uvicorn (ws_max_size); sizes the queue
-    max_output_tokens: int = limits.MAX_OUTPUT_TOKENS
-    max_queued_creates: int = limits.MAX_QUEUED_CREATES
-    max_unread_bytes: int = limits.MAX_UNREAD_BYTES  # per connection (WebSocket) or stream (SSE)
-    max_traces: int = limits.MAX_TRACES
-    max_connections_per_key: int | None = None
-    max_requests_per_key: int | None = None
-    # A key's share of each replica's engine slots; None: a quarter where keys are required, else no cap.
-    max_slots_per_key: int | None = None
-    # --workers: the room whose traces every worker shares through the database file.
-    trace_room: str | None = None
-
 
 ROUTES = [
     Route("/v1/responses", http.create_response, methods=["POST"]),
@@ -85,6 +54,12 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(err.body(), status_code=exc.status_code)
 
 
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    """Every endpoint's refusal: an ``APIError`` raised anywhere in it is its answer."""
+    assert isinstance(exc, APIError)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
 async def _crash(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(server_error().body(), status_code=500)
 
@@ -104,7 +79,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         shared = None
         if config.trace_room:
             databases.append(traces_db := Database(config.db, busy_timeout_s=SHARED_TRACES_BUSY_TIMEOUT_S))
-            shared = SharedTraces(traces_db, config.trace_room, config.max_traces)
+            shared = SharedTraces(traces_db, config.trace_room, config.limits.max_traces)
         encoding()  # load the tokenizer now, not on the first request
         app.state.pipeline = Pipeline(
             load_catalogue(config.models),
@@ -114,9 +89,9 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             # An instructor's key is a key too, where keys are required.
             keys=Keys(config.api_keys + config.instructor_keys if config.api_keys else []),
             data_dir=config.data_dir,
-            traces=TraceStore(config.max_traces, shared),
-            policy=GenericPolicy(max_output_tokens=config.max_output_tokens),
-            slots_per_key=config.max_slots_per_key,
+            traces=TraceStore(config.limits.max_traces, shared),
+            policy=GenericPolicy(max_output_tokens=config.limits.max_output_tokens),
+            slots_per_key=config.limits.max_slots_per_key,
         )
         if shared is not None:  # a subscriber on one worker sees every worker's responses
             app.state.pipeline.feed = SharedFeed(shared)
@@ -124,13 +99,6 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         app.state.shutdown.listen(app.state.pipeline.feed.close)
         app.state.http_design = select_design(config.design, DEFAULT_HTTP)
         app.state.ws_design = select_design(config.design, DEFAULT_WEBSOCKET)
-        app.state.ws_lifetime_s = config.ws_lifetime_s
-        app.state.max_body_bytes = config.max_body_bytes
-        app.state.max_queued_creates = config.max_queued_creates
-        app.state.max_unread_bytes = config.max_unread_bytes
-        # Queued frames may together hold two of the largest frames (and at least 16 MiB).
-        app.state.max_queued_bytes = max(2 * config.max_frame_bytes, limits.MAX_QUEUED_BYTES)
-        app.state.limits = KeyLimiter(config.max_connections_per_key, config.max_requests_per_key)
         app.state.instructors = {Keys().owner(f"Bearer {key}") for key in config.instructor_keys}
         fine_timer = raise_resolution()  # Windows: 1 ms ticks, so a 4 ms hop does not take 16 ms
         await calibrate()  # the loop's timer step, measured now rather than in the first request
@@ -150,8 +118,11 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
     app = Starlette(
         routes=ROUTES,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, Exception: _crash},
+        exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _crash},
         middleware=[Middleware(RequestsPerKey)],
     )
+    app.state.config = config  # read through labkit.server.config.config_of
+    limits = config.limits
+    app.state.key_limiter = KeyLimiter(limits.max_connections_per_key, limits.max_requests_per_key)
     app.state.shutdown = ShutdownNotice()  # given by labkit.server.shutdown.Server as it begins to stop
     return app

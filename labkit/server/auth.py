@@ -138,11 +138,14 @@ class RequestsPerKey:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        state = scope["app"].state if scope["type"] == "http" and "app" in scope else None
-        limits: KeyLimiter | None = getattr(state, "limits", None)
-        subscription = scope.get("path") in SUBSCRIPTIONS
-        cap = None if limits is None else limits.max_connections if subscription else limits.max_requests
-        if limits is None or cap is None or scope["path"] == "/healthz":
+        if scope["type"] != "http" or scope["path"] == "/healthz":
+            await self.app(scope, receive, send)
+            return
+        state = scope["app"].state
+        limiter: KeyLimiter = state.key_limiter
+        subscription = scope["path"] in SUBSCRIPTIONS
+        cap = limiter.max_connections if subscription else limiter.max_requests
+        if cap is None:
             await self.app(scope, receive, send)
             return
         try:
@@ -152,7 +155,7 @@ class RequestsPerKey:
             return
         with ExitStack() as held:
             try:
-                held.enter_context(limits.connection(owner) if subscription else limits.request(owner))
+                held.enter_context(limiter.connection(owner) if subscription else limiter.request(owner))
             except APIError as err:
                 await JSONResponse(err.body(), status_code=err.status, headers=err.headers)(
                     scope, receive, send

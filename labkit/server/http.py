@@ -13,17 +13,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from labkit import limits
 from labkit.api import safejson
-from labkit.api.errors import (
-    APIError,
-    as_api_error,
-    invalid_request,
-    response_not_found,
-    too_large,
-)
+from labkit.api.errors import as_api_error, invalid_request, response_not_found, too_large
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.sse import frame
 from labkit.server.compact import compact
+from labkit.server.config import config_of
 from labkit.server.network import drop_if_stuck, transport_of
 from labkit.server.outbox import Outbox, SlowReader
 from labkit.server.pipeline import Pipeline
@@ -41,10 +36,6 @@ def owner_of(request: Request) -> str:
     return pipeline_of(request).keys.owner(request.headers.get("authorization"))
 
 
-def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
-
-
 log = logging.getLogger("uvicorn.error")  # the server's own log, as uvicorn configures it
 
 LAST_FRAME_GRACE_S = 2.0  # how long a cut stream's last frame may wait for the client
@@ -58,7 +49,7 @@ async def read_body(request: Request) -> bytes:
     ``limits.MAX_BODY_CHUNKS`` chunks: ``labkit.server.wire_limits``). A client that leaves
     mid-body is one line in the log.
     """
-    limit: int = getattr(request.app.state, "max_body_bytes", limits.MAX_BODY_BYTES)
+    limit = config_of(request.app).limits.max_body_bytes
     refusal = too_large(f"The request body is larger than this server's limit of {limit} bytes.")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and len(declared) < 20 and int(declared) > limit:
@@ -87,35 +78,43 @@ async def read_json(request: Request) -> Any:
     return safejson.loads(await read_body(request))
 
 
-async def create_response(request: Request) -> Response:
-    """``POST /v1/responses``: the pipeline up to inference, then JSON or an SSE stream."""
+def address_of(request: Request) -> tuple[str, int] | None:
+    return (request.client.host, request.client.port) if request.client else None
+
+
+async def open_turn(request: Request) -> tuple[Pipeline, Turn]:
+    """What every request that runs the model opens with (a create, a compaction): the design
+    it asks for, its connection (new, or kept alive), the uplink and the key check."""
     pipeline = pipeline_of(request)
     trace = Trace()
-    try:
-        design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
-        client = (request.client.host, request.client.port) if request.client else None
-        await pipeline.connect(trace, client)
-        await pipeline.uplink(trace)
-        owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
-        turn = Turn(design=design, owner=owner, trace=trace)
-        await prepare(pipeline, turn, await read_json(request))
-    except APIError as err:
-        return error_response(err)
+    design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
+    await pipeline.connect(trace, address_of(request))
+    await pipeline.uplink(trace)
+    owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
+    return pipeline, Turn(design=design, owner=owner, trace=trace)
+
+
+# Every endpoint refuses by raising an ``APIError``: the app's one handler answers with it.
+
+
+async def create_response(request: Request) -> Response:
+    """``POST /v1/responses``: the pipeline up to inference, then JSON or an SSE stream."""
+    pipeline, turn = await open_turn(request)
+    await prepare(pipeline, turn, await read_json(request))
     assert turn.req is not None
     if turn.req.stream:
-        limit: int = getattr(request.app.state, "max_unread_bytes", limits.MAX_UNREAD_BYTES)
-        client = (request.client.host, request.client.port) if request.client else None
+        limit = config_of(request.app).limits.max_unread_bytes
         return StreamingResponse(
-            sse_stream(pipeline, turn, limit, client),
+            sse_stream(pipeline, turn, limit, address_of(request)),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
     try:
         await respond(pipeline, turn, emit=_discard)
-    except ResponseFailed as failed:
-        return error_response(failed.error)
-    except Exception as exc:
-        return error_response(as_api_error(exc))
+    except ResponseFailed as failed:  # the response's own error is the answer
+        raise failed.error from None
+    except Exception as exc:  # a failure inside the response: a 500 in the API's shape, as over SSE
+        raise as_api_error(exc) from None
     return JSONResponse(turn.response)
 
 
@@ -184,22 +183,16 @@ async def sse_stream(
 
 
 async def retrieve_response(request: Request) -> Response:
-    try:
-        found = await pipeline_of(request).store.get(owner_of(request), request.path_params["response_id"])
-        if found is None:
-            raise response_not_found(request.path_params["response_id"])
-    except APIError as err:
-        return error_response(err)
+    found = await pipeline_of(request).store.get(owner_of(request), request.path_params["response_id"])
+    if found is None:
+        raise response_not_found(request.path_params["response_id"])
     return JSONResponse(found)
 
 
 async def delete_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
-    try:
-        if not await pipeline_of(request).store.delete(owner_of(request), response_id):
-            raise response_not_found(response_id)
-    except APIError as err:
-        return error_response(err)
+    if not await pipeline_of(request).store.delete(owner_of(request), response_id):
+        raise response_not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
@@ -217,25 +210,22 @@ async def list_input_items(request: Request) -> Response:
     """``{object: "list", data, first_id, last_id, has_more}``, newest first unless ``order=asc``."""
     response_id = request.path_params["response_id"]
     params = request.query_params
-    try:
-        pipeline, owner = pipeline_of(request), owner_of(request)
-        if await pipeline.store.get(owner, response_id) is None:
-            raise response_not_found(response_id)
-        limit = _limit(params.get("limit"))
-        order = params.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise invalid_request("Invalid 'order': expected 'asc' or 'desc'.", param="order")
-        items = await pipeline.store.items(response_id, "input")
-        if order == "desc":
-            items.reverse()
-        after = params.get("after")
-        if after is not None:
-            ids = [item.get("id") for item in items]
-            if after not in ids:
-                raise invalid_request(f"Item with id '{after}' not found.", param="after")
-            items = items[ids.index(after) + 1 :]
-    except APIError as err:
-        return error_response(err)
+    pipeline, owner = pipeline_of(request), owner_of(request)
+    if await pipeline.store.get(owner, response_id) is None:
+        raise response_not_found(response_id)
+    limit = _limit(params.get("limit"))
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid_request("Invalid 'order': expected 'asc' or 'desc'.", param="order")
+    items = await pipeline.store.items(response_id, "input")
+    if order == "desc":
+        items.reverse()
+    after = params.get("after")
+    if after is not None:
+        ids = [item.get("id") for item in items]
+        if after not in ids:
+            raise invalid_request(f"Item with id '{after}' not found.", param="after")
+        items = items[ids.index(after) + 1 :]
     page = items[:limit]
     return JSONResponse(
         {
@@ -251,23 +241,17 @@ async def list_input_items(request: Request) -> Response:
 async def get_traces(request: Request) -> Response:
     """labkit extension: the server's spans for one response."""
     response_id = request.query_params.get("response_id")
-    try:
-        if not response_id:
-            raise invalid_request("Missing required parameter: 'response_id'.", param="response_id")
-        trace = pipeline_of(request).traces.get(owner_of(request), response_id)
-        if trace is None:
-            raise response_not_found(response_id)
-    except APIError as err:
-        return error_response(err)
+    if not response_id:
+        raise invalid_request("Missing required parameter: 'response_id'.", param="response_id")
+    trace = pipeline_of(request).traces.get(owner_of(request), response_id)
+    if trace is None:
+        raise response_not_found(response_id)
     spans = [span.to_json() for span in trace.spans]
     return JSONResponse({"object": "list", "response_id": response_id, "data": spans})
 
 
 async def list_models(request: Request) -> Response:
-    try:
-        owner_of(request)  # a server that requires keys requires them here too
-    except APIError as err:
-        return error_response(err)
+    owner_of(request)  # a server that requires keys requires them here too
     catalogue = pipeline_of(request).catalogue
     data = [{"id": name, "object": "model", "created": 0, "owned_by": "labkit"} for name in catalogue.names()]
     return JSONResponse({"object": "list", "data": data})
@@ -279,16 +263,5 @@ async def health(request: Request) -> Response:
 
 async def compact_endpoint(request: Request) -> Response:
     """``POST /v1/responses/compact``: the compact resource as JSON (no streaming)."""
-    pipeline = pipeline_of(request)
-    trace = Trace()
-    try:
-        design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
-        client = (request.client.host, request.client.port) if request.client else None
-        await pipeline.connect(trace, client)
-        await pipeline.uplink(trace)
-        owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
-        turn = Turn(design=design, owner=owner, trace=trace)
-        resource = await compact(pipeline, turn, await read_json(request))
-    except APIError as err:
-        return error_response(err)
-    return JSONResponse(resource)
+    pipeline, turn = await open_turn(request)
+    return JSONResponse(await compact(pipeline, turn, await read_json(request)))

@@ -23,11 +23,11 @@ import asyncio
 import functools
 import re
 import weakref
-from collections import OrderedDict
 from http import HTTPStatus
 from typing import Any
 
 import h11
+from cachetools import LRUCache
 
 from labkit import limits
 from labkit.api import safejson
@@ -47,11 +47,12 @@ class ConnectionTracker:
     """Remembers which client addresses (host, port) have a connection open.
 
     The HTTP server tells every tracker when a connection closes, so a later
-    connection that happens to reuse the port counts as new again.
+    connection that happens to reuse the port counts as new again. Past ``MAX_REMEMBERED``
+    the least recently seen is forgotten (``cachetools``).
     """
 
     def __init__(self) -> None:
-        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._seen: LRUCache[tuple[str, int], bool] = LRUCache(MAX_REMEMBERED)
         _TRACKERS.add(self)
 
     def is_new(self, client: tuple[str, int] | None) -> bool:
@@ -59,12 +60,9 @@ class ConnectionTracker:
         if client is None:
             return True
         key = (str(client[0]), int(client[1]))
-        if key in self._seen:
-            self._seen.move_to_end(key)
+        if self._seen.get(key):  # a hit is now the most recently seen
             return False
-        self._seen[key] = None
-        while len(self._seen) > MAX_REMEMBERED:
-            self._seen.popitem(last=False)
+        self._seen[key] = True
         return True
 
     def forget(self, client: tuple[str, int] | None) -> None:

@@ -37,7 +37,7 @@ from labkit.server.network import ConnectionTracker
 from labkit.server.post_inference import PostInference
 from labkit.server.pre_inference import PreInference
 from labkit.server.render_cache import Renderings
-from labkit.server.routing import Router, serve_as
+from labkit.server.routing import Router
 from labkit.server.sampling import Emit, Sampling
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.slots import EngineSlots, default_share
@@ -111,7 +111,6 @@ class Pipeline(PreInference, Sampling, PostInference):
         with trace.stage(Stage.AUTH):
             owner = self.keys.owner(authorization)
             await timing.sleep(self.profile.auth.hop_ms / 1000)
-        serve_as(owner)  # the caches this request reaches are its owner's view of them
         return owner
 
     async def downlink(self, turn: Turn) -> None:

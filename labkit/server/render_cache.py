@@ -5,7 +5,8 @@ retain stages, ``Turn.left_behind`` and the WebSocket lanes point here.
 
 **What is cached.** A rendering: a ``TokenBuffer`` (``labkit.engine.render``: a
 conversation's token ids and the prefix-cache hashes of its full blocks) and the
-``PrefixHasher`` that names the prefix it renders. Two places keep renderings:
+``PrefixHasher`` (``labkit.engine.render``) that names the prefix it renders. Two places
+keep renderings:
 
 - the sprint's ``RenderCache``, one per server, shared by every connection and owner (API
   key): buffers stored under the digest of their owner, system block and items; the least
@@ -32,6 +33,7 @@ tokenizing it all again, the server hashes the conversation item by item (a chai
 of what each item renders to, far cheaper than tokenizing) and looks for the longest
 prefix it has rendered before; only the items after it are tokenized.
 
+    >>> from labkit.engine.render import prefix_digests
     >>> cache = RenderCache()
     >>> items = [{"type": "message", "role": "user", "content": "hi"}]
     >>> buf = TokenBuffer.start("Be brief.", []); _ = buf.append(items)
@@ -49,21 +51,18 @@ with the owner, and another owner's same conversation never finds it (nor learns
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cachetools import LRUCache
 
 from labkit.api.stages import Source, Stage
 from labkit.designs import Over
-from labkit.engine.render import TokenBuffer, encode_items, item_block, system_digest
+from labkit.engine.render import PrefixHasher, TokenBuffer, encode_items, system_digest
 from labkit.server.offload import off_loop_if_large, text_chars
 from labkit.server.traces import Span
-
-if TYPE_CHECKING:
-    from labkit.server.turn import Turn
+from labkit.server.turn import Turn
 
 Item = dict[str, Any]
 
@@ -73,43 +72,6 @@ Item = dict[str, Any]
 BYTES_PER_ID = 41
 ENTRY_BYTES = 512
 CAPACITY_BYTES = 4_000_000 * BYTES_PER_ID  # about four million tokens of renderings
-
-
-class PrefixHasher:
-    """A running hash over the system block and then item after item.
-
-    Its digest ``i`` names the system block and items ``0..i`` (and, given one, their owner):
-    equal digests, equal tokens. It can be copied and extended, so a conversation that
-    grows is hashed only where it grew.
-    """
-
-    def __init__(self, system_digest: str, owner: str | None = None) -> None:
-        self._running = hashlib.sha256(system_digest.encode())
-        if owner is not None:  # owners never share an entry: see the module's docstring
-            self._running.update(b"\x02" + owner.encode())
-        self.count = 0  # items hashed so far
-        self.last: str | None = None  # the digest after the last item
-
-    def extend(self, items: Sequence[Item]) -> list[str]:
-        """The digest after each of ``items``."""
-        digests = []
-        for item in items:
-            block_header, body = item_block(item)
-            self._running.update(b"\x00" + block_header.encode() + b"\x01" + body.encode())
-            digests.append(self._running.copy().hexdigest())
-        self.count += len(digests)
-        self.last = digests[-1] if digests else self.last
-        return digests
-
-    def copy(self) -> PrefixHasher:
-        twin = PrefixHasher.__new__(PrefixHasher)
-        twin._running, twin.count, twin.last = self._running.copy(), self.count, self.last
-        return twin
-
-
-def prefix_digests(system_digest: str, items: Sequence[Item], owner: str | None = None) -> list[str]:
-    """The digest of every prefix of ``items`` (see ``PrefixHasher``)."""
-    return PrefixHasher(system_digest, owner).extend(items)
 
 
 def buffer_bytes(buffer: TokenBuffer) -> int:

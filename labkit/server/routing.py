@@ -8,8 +8,8 @@ turn. A WebSocket connection is pinned to the replica of its first response.
 A replica's prefix cache is shared by every key, as a GPU's memory is, but a
 request sees it through its owner's view (``PrefixCache.scoped``): the same
 prompt from another key is never a hit, so ``cached_tokens`` says nothing about
-what anyone else sent. The owner is the one ``pick`` is given or, without one,
-the one the request authenticated as (``serve_as``, called by the auth stage).
+what anyone else sent. The owner is the one ``pick`` is given: the turn's, whom the
+auth stage authenticated.
 
 Resolving a model name means fetching its configuration: a modeled hop to a
 configuration service, which the sprint replaced by an in-memory cache.
@@ -19,19 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from contextvars import ContextVar
 
 from labkit.engine.catalogue import Catalogue, ModelSpec
 from labkit.engine.inference import Replica
 from labkit.engine.prefix_cache import PrefixCache
-
-# The owner the running request authenticated as: each request runs in its own task (context).
-_REQUEST_OWNER: ContextVar[str | None] = ContextVar("labkit_request_owner", default=None)
-
-
-def serve_as(owner: str) -> None:
-    """Record the owner of the request being served, whose cache view ``Router.pick`` hands out."""
-    _REQUEST_OWNER.set(owner)
 
 
 class Router:
@@ -58,10 +49,9 @@ class Router:
         """The replica for a request (by cache key if it has one, else round robin), as its
         owner sees it: the same GPU and slots, the owner's view of its prefix cache.
 
-        Without ``owner``, the request's (``serve_as``); outside a request, the replica itself.
+        Without ``owner``, the replica itself: every key's view at once.
         """
         replica = self._choose(prompt_cache_key)
-        owner = owner if owner is not None else _REQUEST_OWNER.get()
         return replica if owner is None else Replica(replica.name, replica.cache.scoped(owner))
 
     def _choose(self, prompt_cache_key: str | None) -> Replica:

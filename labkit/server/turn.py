@@ -11,8 +11,7 @@ from labkit.designs import Design, Plan
 from labkit.engine.catalogue import ModelSpec
 from labkit.engine.inference import Replica
 from labkit.engine.policies import Action, Policy, TurnContext
-from labkit.engine.render import TokenBuffer
-from labkit.server.render_cache import PrefixHasher
+from labkit.engine.render import PrefixHasher, TokenBuffer
 from labkit.server.traces import Trace
 
 

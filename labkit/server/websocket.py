@@ -31,9 +31,10 @@ from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA, speaks_inject
 from labkit.designs import Design
 from labkit.engine.inference import Replica
-from labkit.limits import MAX_QUEUED_BYTES, MAX_QUEUED_CREATES, MAX_UNREAD_BYTES
+from labkit.limits import ServerLimits
 from labkit.server.appended import respond_appended
 from labkit.server.auth import KeyLimiter
+from labkit.server.config import config_of
 from labkit.server.connection import (
     Action,
     Append,
@@ -62,27 +63,27 @@ class WebSocketSession:
         pipeline: Pipeline,
         owner: str,
         design: Design,
-        lifetime_s: float,
+        limits: ServerLimits,
+        key_limiter: KeyLimiter,
         setup: list[Span] | None = None,
         *,
-        max_queued: int = MAX_QUEUED_CREATES,
-        max_queued_bytes: int = MAX_QUEUED_BYTES,
-        max_unread_bytes: int = MAX_UNREAD_BYTES,
-        limits: KeyLimiter | None = None,
         inject: bool = False,
     ) -> None:
         self.ws = ws
         self.pipeline = pipeline
         self.owner = owner
         self.design = design
-        self.lifetime_s = lifetime_s
+        self.lifetime_s = limits.ws_lifetime_s
         self.setup = list(setup or [])  # connection set-up spans, reported with the first response
         self.replica: Replica | None = None  # the connection is pinned to one replica
         self.connection = Connection(
-            design, max_queued=max_queued, max_queued_bytes=max_queued_bytes, inject=inject
+            design,
+            max_queued=limits.max_queued_creates,
+            max_queued_bytes=limits.max_queued_bytes,
+            inject=inject,
         )
-        self.writer = ConnectionWriter(ws, max_unread_bytes, on_cut=self._cut)
-        self.limits = limits or KeyLimiter()
+        self.writer = ConnectionWriter(ws, limits.max_unread_bytes, on_cut=self._cut)
+        self.key_limiter = key_limiter
         self.tasks: dict[Job, asyncio.Task[None]] = {}  # the responses running
         self.appends: dict[Job, asyncio.Queue[list[Any]]] = {}  # appended rollouts' input, not taken
 
@@ -166,7 +167,7 @@ class WebSocketSession:
             with contextlib.suppress(SlowReader):
                 self.send(server_error().ws_event())
 
-    def _cut(self, slow: SlowReader) -> None:
+    def _cut(self) -> None:
         """The client left too much unread: every response of the connection ends now, its
         engine slot freed (the writer then closes the connection with the reason)."""
         for task in self.tasks.values():
@@ -178,7 +179,7 @@ class WebSocketSession:
         try:
             with contextlib.ExitStack() as held:
                 try:
-                    held.enter_context(self.limits.request(self.owner))
+                    held.enter_context(self.key_limiter.request(self.owner))
                 except APIError as err:  # past the key's cap: refused before it starts, the cache kept
                     self.send(err.ws_event(job.stream_id))
                     outcome = Failed(evict=False)
@@ -270,7 +271,7 @@ async def websocket_endpoint(ws: WebSocket) -> None:
     """The upgrade: a new connection (handshakes), one auth check, then the session."""
     state = ws.app.state
     pipeline: Pipeline = state.pipeline
-    limits: KeyLimiter = getattr(state, "limits", None) or KeyLimiter()
+    key_limiter: KeyLimiter = state.key_limiter
     trace = Trace()
     await pipeline.connect(trace, None, new=True)
     await pipeline.upgrade(trace)
@@ -292,7 +293,7 @@ async def websocket_endpoint(ws: WebSocket) -> None:
         return
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(limits.connection(owner))  # past the key's cap of open connections: a 429
+            held.enter_context(key_limiter.connection(owner))  # past the key's cap of open connections: a 429
         except APIError as err:
             await deny(ws, err)
             return
@@ -302,12 +303,9 @@ async def websocket_endpoint(ws: WebSocket) -> None:
             pipeline,
             owner,
             design,
-            state.ws_lifetime_s,
+            config_of(ws.app).limits,
+            key_limiter,
             trace.spans,
-            max_queued=getattr(state, "max_queued_creates", MAX_QUEUED_CREATES),
-            max_queued_bytes=getattr(state, "max_queued_bytes", MAX_QUEUED_BYTES),
-            max_unread_bytes=getattr(state, "max_unread_bytes", MAX_UNREAD_BYTES),
-            limits=limits,
             inject=inject,
         )
         try:

@@ -34,7 +34,7 @@ class ConnectionWriter:
     connection's responses, before the writer stops and the close goes out.
     """
 
-    def __init__(self, ws: WebSocket, max_unread_bytes: int, on_cut: Callable[[SlowReader], None]) -> None:
+    def __init__(self, ws: WebSocket, max_unread_bytes: int, on_cut: Callable[[], None]) -> None:
         self.ws = ws
         self.outbox: Outbox[str] = Outbox(max_unread_bytes, on_overflow=self._cut)
         self.slow: SlowReader | None = None  # set once the client left too much unread
@@ -71,7 +71,7 @@ class ConnectionWriter:
         """Past the bound: the connection's responses end now, their engine slots freed, and the
         connection closes with the reason (the outbox has dropped the unread events)."""
         self.slow = slow
-        self.on_cut(slow)
+        self.on_cut()  # the responses it ends read the reason from ``self.slow``
         if self.task is not None:
             self.task.cancel()  # it may be waiting for the socket, which the client does not read
         self.closer = asyncio.create_task(close(self.ws, TOO_SLOW, slow.reason, cut=True))

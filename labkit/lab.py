@@ -20,7 +20,9 @@ The names, grouped:
 - rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``take_turns`` (several designs'
   rollouts of one task, turn *t* of each before turn *t* + 1 of any), ``TurnRecord``; ``Toolbox``
   (the agent's real tools, on a sandbox copy of the sample repository); ``fetch_spans``
-  (the server's spans of any response, such as one an SDK client made)
+  (the server's spans of any response, such as one an SDK client made); ``completed`` (an SDK
+  WebSocket connection's response, once it completes; ``ResponseFailed`` otherwise),
+  ``until_paused`` (the prototype's raw wire read until the response pauses or ends)
 - designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``;
   ``wire_events`` (the events of one exchange over the prototype's wire, the launch's and the
   SDK's beta ``response.inject``, side by side)
@@ -90,6 +92,7 @@ from labkit.api.stages import Stage, bucket_of
 from labkit.client import steering
 from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, fetch_spans, take_turns
 from labkit.client.launcher import LabkitServer
+from labkit.client.reading import ResponseFailed, completed, until_paused
 from labkit.client.records import TurnRecord
 from labkit.client.room import RoomServer, joined, learner_name, unread_variables
 from labkit.client.trace_watch import TraceWatcher
@@ -118,6 +121,7 @@ __all__ = [
     "LabkitServer",
     "LivePlot",
     "Prediction",
+    "ResponseFailed",
     "Rollout",
     "RoomServer",
     "Saving",
@@ -133,6 +137,7 @@ __all__ = [
     "check_guess",
     "claim",
     "compare",
+    "completed",
     "compose",
     "cpu_costs",
     "decide",
@@ -163,6 +168,7 @@ __all__ = [
     "take_turns",
     "trend",
     "turn_table",
+    "until_paused",
     "watch_traces",
     "what_if_lab",
     "whatif",

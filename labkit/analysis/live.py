@@ -41,6 +41,9 @@ from labkit.analysis.style import TEMPLATE
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"displaylogo": False}
 PENDING = "(the figure follows when the work is done)"  # the output until the figure, live or static
+# How long ``shown`` waits for a browser to draw a plot: a fresh page loads plotly first, which
+# takes seconds, and more on a busy 2-core laptop.
+DRAW_TIMEOUT_S = 60.0
 _plotlyjs_embedded = False  # the first static figure of a kernel carries plotly.js for its page
 
 
@@ -122,7 +125,7 @@ class LivePlot:
             self._place(self._widget_of(self.figure))
             self.replaced = True
 
-    async def shown(self, timeout: float = 15.0) -> bool:
+    async def shown(self, timeout: float = DRAW_TIMEOUT_S) -> bool:
         """Wait (``await plot.shown()``) until a front end has drawn the widget, so the first
         updates are seen live: a fresh page takes seconds to load plotly. It learns first, once
         per kernel, whether anything draws widgets (``draws_widgets``): if so the live widget takes
@@ -168,7 +171,7 @@ class LivePlot:
         return self.figure
 
 
-async def shown(*plots: LivePlot, timeout: float = 15.0) -> None:
+async def shown(*plots: LivePlot, timeout: float = DRAW_TIMEOUT_S) -> None:
     """Wait until a browser has drawn each of these plots (see ``LivePlot.shown``).
 
         await shown(bars, growth)

@@ -22,7 +22,7 @@ client dropping its socket on the reconnect turns), and returns what it measured
 """
 
 from labkit.analysis.cost_model import CpuCosts
-from labkit.analysis.whatif.measure import against, comparison_table, measure
+from labkit.analysis.whatif.measure import CLEARLY_APART, Ordering, against, comparison_table, measure
 from labkit.analysis.whatif.mechanisms import MECHANISMS, Mechanism, mechanism_savings, mechanism_table
 from labkit.analysis.whatif.predictions import (
     breakdown,
@@ -44,6 +44,7 @@ from labkit.analysis.whatif.settings import (
 
 __all__ = [
     "BASELINES",
+    "CLEARLY_APART",
     "MECHANISMS",
     "MODEL",
     "MODEL_ONLY",
@@ -51,6 +52,7 @@ __all__ = [
     "RANGES",
     "CpuCosts",
     "Mechanism",
+    "Ordering",
     "Settings",
     "against",
     "breakdown",

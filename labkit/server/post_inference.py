@@ -5,8 +5,10 @@
     storage       the response and its items into SQLite (store=true)
     billing       one ledger row, blocking or overlapped with the next request
 
-Each is an object built with the profile entry and the resources it uses, called once per
-response. ``labkit.server.pipeline.Pipeline`` builds them.
+Each is an object built with the profile entry and the resources it uses, then called with the
+turn; ``labkit.server.pipeline.Pipeline`` builds them. ``charge`` is the turn's ledger row, for
+the billing stage, for a compaction pass, and for a response that ended early
+(``bill_if_abandoned``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 
 Any of them may refuse the request with an ``APIError``, before any event is sent. A stage
 that needs nothing but the turn is a function (``validate``); the others are objects built with
-the profile entry and the resources they use, called once per request.
+the profile entry and the resources they use, then called with the turn.
 ``labkit.server.pipeline.Pipeline`` builds them.
 """
 

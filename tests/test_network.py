@@ -49,6 +49,7 @@ from labkit.engine import timing
 from labkit.paths import default_data_dir
 from labkit.profiles import Network, load_profile, profile_toml
 from labkit.server.app import ServerConfig, create_app
+from labkit.server.door import Connect, Downlink, Upgrade, Uplink
 from labkit.server.network import (
     MAX_HEADER_BYTES,
     MAX_REMEMBERED,
@@ -399,7 +400,8 @@ def test_websocket_set_up_is_reported_with_the_first_response_only(server: Labki
 # A 40 ms round trip: 20 ms each way, 80 ms for the TCP and TLS handshakes, 40 ms for an upgrade.
 NETWORK = Network(rtt_ms=40, tcp_handshake_round_trips=1, tls_handshake_round_trips=1)
 ONE_WAY, HANDSHAKES, ROUND_TRIP = pytest.approx(0.020), pytest.approx(0.080), pytest.approx(0.040)
-NETWORK_STAGES = ("connect", "upgrade", "uplink", "downlink")  # the pipeline's methods that model it
+# The pipeline's stages that model it, by their class.
+NETWORK_STAGES = {Connect: "connect", Upgrade: "upgrade", Uplink: "uplink", Downlink: "downlink"}
 
 
 @pytest.fixture(scope="module")
@@ -414,8 +416,8 @@ def modeled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
     real_sleep = timing.sleep
 
     async def sleep(seconds: float, **kwargs: Any) -> None:
-        stage = sys._getframe(1).f_code.co_name  # the pipeline method that awaits this sleep
-        if stage in NETWORK_STAGES:
+        stage = NETWORK_STAGES.get(type(sys._getframe(1).f_locals.get("self")))  # the stage awaiting it
+        if stage is not None:
             asked.append((stage, seconds))
         else:
             await real_sleep(seconds, **kwargs)

@@ -1,8 +1,9 @@
-"""Every path runs the pipeline's stage functions: a response, a compaction pass, and each segment
-of an appended rollout call the same ``Pipeline`` methods, so a change to a stage reaches them all.
+"""Every path runs the pipeline's stages: a response, a compaction pass, and each segment of an
+appended rollout call the same stages of the server's ``Pipeline``, so a change to a stage reaches
+them all.
 
-The server runs in this process (uvicorn on a loopback socket, in a thread), with each stage
-method of ``Pipeline`` wrapped to count its calls; real clients drive it over the socket: the
+The server runs in this process (uvicorn on a loopback socket, in a thread), with each stage of
+its ``Pipeline`` wrapped to count its calls; real clients drive it over the socket: the
 official SDK for compaction, labkit's agent loop (``Rollout``) for the appended rollout (over the
 SDK's beta connection, and over the prototype's wire). The spans the server reports for those
 responses come from the same functions.
@@ -21,7 +22,6 @@ from openai import OpenAI
 from labkit.client.agent import Rollout
 from labkit.scenarios import synthetic
 from labkit.server.app import ServerConfig, create_app
-from labkit.server.pipeline import Pipeline
 
 MODEL = "labkit-spark"
 STAGES = (
@@ -41,14 +41,14 @@ STAGES = (
 )
 
 
-def counted(name: str, method: Callable[..., Any], calls: Counter[str]) -> Callable[..., Any]:
-    """``method``, counting its calls (what it returns, a coroutine or a context manager, unchanged)."""
+def counted(name: str, stage: Callable[..., Any], calls: Counter[str]) -> Callable[..., Any]:
+    """``stage``, counting its calls (what it returns, a coroutine or a context manager, unchanged)."""
 
-    def stage(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
+    def counting(*args: Any, **kwargs: Any) -> Any:
         calls[name] += 1
-        return method(self, *args, **kwargs)
+        return stage(*args, **kwargs)
 
-    return stage
+    return counting
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +56,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Coun
     """The app with counted stages, served on loopback; its base URL and the counts."""
     calls: Counter[str] = Counter()
     db = tmp_path_factory.mktemp("stages") / "labkit.db"
-    with pytest.MonkeyPatch.context() as patch:
+    app = create_app(ServerConfig(db=str(db), profile="local"))
+    with served_in_thread(app) as url:
+        pipeline = app.state.pipeline  # built as the server started
         for name in STAGES:
-            patch.setattr(Pipeline, name, counted(name, getattr(Pipeline, name), calls))
-        app = create_app(ServerConfig(db=str(db), profile="local"))
-        with served_in_thread(app) as url:
-            yield f"{url}v1", calls
+            setattr(pipeline, name, counted(name, getattr(pipeline, name), calls))
+        yield f"{url}v1", calls
 
 
 def ran(calls: Counter[str], during: Callable[[], Any]) -> tuple[Any, Counter[str]]:

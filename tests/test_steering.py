@@ -32,7 +32,6 @@ from labkit.client.steering import STRATEGIES, correction_latency, summary
 from labkit.limits import MAX_PENDING_STEERS
 from labkit.server.app import ServerConfig, create_app
 from labkit.server.connection_cache import ConnectionCache
-from labkit.server.pipeline import Pipeline
 
 MODEL = "labkit-spark"
 SLOW = "labkit-classic"  # 65 tokens/s: a long answer is surely still running when the steer lands
@@ -193,24 +192,27 @@ def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Cou
     """The app served in this process, its output classifier failing for requests whose metadata
     asks for it (after response.created), and its connection cache's one question counted."""
     asked: Counter[str] = Counter()
-    output_safety, serve = Pipeline.output_safety, ConnectionCache.serve
-
-    async def failing_output_safety(self: Pipeline, turn: Any, items: Any) -> None:
-        if turn.req.metadata and turn.req.metadata.get("fail") == "output_safety":
-            raise RuntimeError("the classifier service is down")
-        await output_safety(self, turn, items)
+    serve = ConnectionCache.serve
 
     def counted_serve(self: ConnectionCache, previous_response_id: object) -> Any:
         asked["serve"] += 1
         return serve(self, previous_response_id)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Pipeline, "output_safety", failing_output_safety)
         patch.setattr(ConnectionCache, "serve", counted_serve)
         app = create_app(
             ServerConfig(db=str(tmp_path_factory.mktemp("failing") / "labkit.db"), profile="local")
         )
         with served_in_thread(app) as url:
+            pipeline = app.state.pipeline  # built as the server started
+            output_safety = pipeline.output_safety
+
+            async def failing_output_safety(turn: Any, items: Any) -> None:
+                if turn.req.metadata and turn.req.metadata.get("fail") == "output_safety":
+                    raise RuntimeError("the classifier service is down")
+                await output_safety(turn, items)
+
+            pipeline.output_safety = failing_output_safety
             yield f"{url}v1", asked
 
 

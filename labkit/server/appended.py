@@ -96,7 +96,7 @@ async def resume(pipeline: Pipeline, turn: Turn, next_append: NextInput, emit: E
             pipeline.validate(turn, raw, accept_append)
             break
         except APIError as err:
-            await emit(err.ws_event())  # not through the turn's sender: no downlink, no segment start
+            await emit(err.ws_event())  # an answer to the refused append: no downlink, no segment start
     # New input is new to the classifier too: the prototype stopped re-reading the history, not this.
     await pipeline.input_safety(turn, turn.appending)
     await pipeline.render(turn)

@@ -38,7 +38,9 @@ from labkit.api.stages import Source, Stage
 from labkit.engine.policies import Say, TurnContext
 from labkit.engine.render import TokenBuffer, content_text, encode_block, item_block
 from labkit.server.pipeline import Emit, Pipeline
+from labkit.server.post_inference import charge
 from labkit.server.render_cache import append_rendered
+from labkit.server.sampling import settle
 from labkit.server.turn import Turn
 from labkit.text.tokenizer import decode, encode_text
 
@@ -67,7 +69,7 @@ async def compact(pipeline: Pipeline, turn: Turn, body: Any) -> dict[str, Any]:
         # The summary is written at the model's speed, as a message the pass keeps: nothing streams.
         await pipeline.decode(turn, ResponseEvents(turn.response), [Say(payload.summary)], _kept_back)
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": seal(payload, turn.owner)}
-    pipeline.billing.charge_later(pipeline.charge(turn, "completed"))
+    pipeline.billing.charge_later(charge(turn, "completed"))
     pipeline.traces.put(turn.owner, turn.response["id"], turn.trace)
     return {
         "id": turn.response["id"],
@@ -108,7 +110,7 @@ async def compact_first(pipeline: Pipeline, turn: Turn, events: ResponseEvents, 
         span.detail["cache"], span.detail["compacted"] = Source.NONE, True
     turn.compacted, turn.appended, turn.settled = kept, [], 0
     turn.buffer, turn.hasher = buffer, None
-    pipeline.settle(turn)  # the compaction item, from the summary's sampled ids
+    settle(turn)  # the compaction item, from the summary's sampled ids
     span.detail["prompt_tokens"] = len(buffer)
 
 

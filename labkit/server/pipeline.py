@@ -1,55 +1,43 @@
-"""The API service's stages: each one small, named, and recording a span of what it did.
+"""The API service's pipeline: its stages, listed in the order a response meets them.
 
-The network and the door (here):
+Each stage is a plain object (or, where it needs nothing but the turn, a function), built here
+with what it needs: an entry of the latency profile, and the resources it reads or writes.
+``Pipeline`` holds the stages and those resources; the paths run them in their own order: a
+response in ``labkit.server.responder`` (and ``labkit.server.appended`` for an appended
+rollout's later segments), a compaction pass in ``labkit.server.compact``.
 
-    connect       open a connection (TCP + TLS round trips), where one is really opened
-    upgrade       WebSocket mode: the upgrade request and its answer
-    uplink        the request crossing the network
-    auth          the key check, and the auth service hop
-    downlink      the network back to the client: one one-way delay, held before a response's
-                  first event (response.created, so before inference), that every later event
-                  and the first token carry too
-
-Before inference (``labkit.server.pre_inference``): validation, hydration, input_safety,
-render, routing, intermediary. Inference (``labkit.server.sampling``): queue, prefill,
-decode. After inference (``labkit.server.post_inference``): output_safety, retain,
-storage, billing.
-
-What a stage does under a design comes from the design's plan (``labkit.designs``).
-Every path runs the same stage functions, in its own order: a response in
-``labkit.server.responder`` (and ``labkit.server.appended`` for an appended rollout's later
-segments), a compaction pass in ``labkit.server.compact``.
+The stages live with their kind: the network and the door (``labkit.server.door``), before
+inference (``labkit.server.pre_inference``), inference (``labkit.server.sampling``), after
+inference (``labkit.server.post_inference``). What a stage does under a design comes from the
+design's plan (``labkit.designs``), which the cost model reads too.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from labkit.api.events import Event
-from labkit.api.stages import Stage
-from labkit.engine import timing
 from labkit.engine.catalogue import Catalogue
 from labkit.engine.policies import GenericPolicy, Policy
 from labkit.profiles import Profile
 from labkit.server.auth import Keys
 from labkit.server.billing import Billing, Ledger
+from labkit.server.door import Authenticate, Connect, Downlink, Upgrade, Uplink
 from labkit.server.network import ConnectionTracker
-from labkit.server.post_inference import PostInference
-from labkit.server.pre_inference import PreInference
+from labkit.server.post_inference import Bill, OutputSafety, Retain, Storage
+from labkit.server.pre_inference import Hydration, InputSafety, Intermediary, Render, Routing, validate
 from labkit.server.render_cache import Renderings
 from labkit.server.routing import Router
-from labkit.server.sampling import Emit, Sampling
+from labkit.server.sampling import Emit, Queue, decode, prefill
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.slots import EngineSlots, default_share
 from labkit.server.store import ResponseStore
 from labkit.server.trace_stream import TraceFeed
-from labkit.server.traces import Trace, TraceStore
-from labkit.server.turn import Turn
+from labkit.server.traces import TraceStore
 
 __all__ = ["Emit", "Pipeline"]
 
 
-class Pipeline(PreInference, Sampling, PostInference):
+class Pipeline:
     """The stages, and the resources they use (stores, router, caches, billing)."""
 
     def __init__(
@@ -84,50 +72,30 @@ class Pipeline(PreInference, Sampling, PostInference):
         self.traces = traces or TraceStore()
         self.feed = TraceFeed()  # subscribers to finished responses' traces
 
+        # The stages. The network and the door:
+        self.connect = Connect(profile.network, self.connections)
+        self.upgrade = Upgrade(profile.network)
+        self.uplink = Uplink(profile.network)
+        self.authenticate = Authenticate(profile.auth, self.keys)
+        # Before inference:
+        self.validate = validate
+        self.hydrate = Hydration(store)
+        self.input_safety = InputSafety(profile.safety)
+        self.render = Render(self.renderings)
+        self.route = Routing(profile.routing, self.router)
+        self.intermediary = Intermediary(profile.intermediary)
+        # The way back, paid before a segment's first event (response.created, before inference):
+        self.downlink = Downlink(profile.network)
+        # Inference:
+        self.queue = Queue(self.slots)
+        self.prefill = prefill
+        self.decode = decode
+        # After inference:
+        self.output_safety = OutputSafety(profile.safety)
+        self.retain = Retain(self.renderings)
+        self.storage = Storage(store)
+        self.bill = Bill(self.billing)
+
     @property
     def catalogue(self) -> Catalogue:
         return self.router.catalogue
-
-    # ------------------------------------------------------------ the network and the door
-
-    async def connect(self, trace: Trace, client: tuple[str, int] | None, *, new: bool | None = None) -> None:
-        """Pay the handshakes if this request opened a connection (read off the real socket)."""
-        opened = self.connections.is_new(client) if new is None else new
-        with trace.stage(Stage.CONNECT, new_connection=opened):
-            if opened:
-                await timing.sleep(self.profile.network.handshake_s())
-
-    async def upgrade(self, trace: Trace) -> None:
-        """WebSocket mode: the upgrade request and its 101 answer, one round trip."""
-        with trace.stage(Stage.UPGRADE):
-            await timing.sleep(self.profile.network.rtt_ms / 1000)
-
-    async def uplink(self, trace: Trace) -> None:
-        with trace.stage(Stage.UPLINK):
-            await timing.sleep(self.profile.network.one_way_s())
-
-    async def authenticate(self, trace: Trace, authorization: str | None) -> str:
-        """The real key check, plus the auth service hop; returns the owner id."""
-        with trace.stage(Stage.AUTH):
-            owner = self.keys.owner(authorization)
-            await timing.sleep(self.profile.auth.hop_ms / 1000)
-        return owner
-
-    async def downlink(self, turn: Turn) -> None:
-        """The network back to the client, paid once per segment before its first event: every
-        event after it reaches the client one one-way delay later, as over a real network. For a
-        response that first event is ``response.created``, sent before queue and prefill; for an
-        appended rollout's resumed segment, its first delta, after prefill."""
-        if turn.depart():
-            with turn.trace.stage(Stage.DOWNLINK):
-                await timing.sleep(self.profile.network.one_way_s())
-
-    def sender(self, turn: Turn, emit: Emit) -> Emit:
-        """``emit`` for this turn, paying the downlink before the first event of each segment."""
-
-        async def send(event: Event) -> None:
-            if not turn.departed:  # checked here: every delta comes this way
-                await self.downlink(turn)
-            await emit(event)
-
-        return send

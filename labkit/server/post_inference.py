@@ -5,7 +5,10 @@
     storage       the response and its items into SQLite (store=true)
     billing       one ledger row, blocking or overlapped with the next request
 
-They are methods of ``labkit.server.pipeline.Pipeline``, which holds the resources they use.
+Each is an object built with the profile entry and the resources it uses, then called with the
+turn; ``labkit.server.pipeline.Pipeline`` builds them. ``charge`` is the turn's ledger row, for
+the billing stage, for a compaction pass, and for a response that ended early
+(``bill_if_abandoned``).
 """
 
 from __future__ import annotations
@@ -13,15 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from labkit import profiles
 from labkit.api.stages import Stage
 from labkit.engine import timing
 from labkit.engine.prefix_cache import CacheWork
 from labkit.engine.render import content_text
 from labkit.engine.safety import scan
-from labkit.profiles import Profile
 from labkit.server.billing import Billing, Charge
 from labkit.server.offload import off_loop_if_large
 from labkit.server.render_cache import Renderings
+from labkit.server.sampling import settle
 from labkit.server.store import ResponseStore
 from labkit.server.turn import Turn
 
@@ -34,46 +38,38 @@ def output_text(item: dict[str, Any]) -> str:
     return str(item.get("arguments", ""))
 
 
-class PostInference:
-    """The stages after inference (see the module's docstring)."""
+class OutputSafety:
+    """Scan the output's text; its tokens are the ones the model sampled (not tokenized again)."""
 
-    profile: Profile
-    store: ResponseStore
-    renderings: Renderings
-    billing: Billing
+    def __init__(self, safety: profiles.Safety) -> None:
+        self.safety = safety
 
-    async def output_safety(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
-        """Scan the output's text; its tokens are the ones the model sampled (not tokenized again)."""
+    async def __call__(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
         with turn.trace.stage(Stage.OUTPUT_SAFETY) as span:
             texts = [output_text(i) for i in items]
             sampled = sum(map(len, turn.output_ids))
             result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts, tokens=sampled)
             span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
-            await timing.sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+            await timing.sleep(self.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
 
-    def settle(self, turn: Turn) -> int:
-        """Append the outputs sampled since the last settle to the rendered buffer (headers only)."""
-        assert turn.buffer is not None
-        outputs, ids = turn.unsettled()
-        added = sum(
-            turn.buffer.append_sampled(item, sampled) for item, sampled in zip(outputs, ids, strict=True)
-        )
-        turn.appended += outputs
-        turn.settled = len(turn.response["output"])
-        return added
 
-    def retain(self, turn: Turn) -> None:
-        """Settle the outputs and keep the whole conversation's KV (and rendering) for next time.
+class Retain:
+    """Settle the outputs and keep the whole conversation's KV (and rendering) for next time.
 
-        Proportional to what this turn added: the prefix cache hashes the blocks after the
-        buffer's known block hashes, and the render cache (``Renderings.keep``) keeps a view of the
-        buffer (no copy), its running hash reading only the items it has not read yet.
-        """
+    Proportional to what this turn added: the prefix cache hashes the blocks after the
+    buffer's known block hashes, and the render cache (``Renderings.keep``) keeps a view of the
+    buffer (no copy), its running hash reading only the items it has not read yet.
+    """
+
+    def __init__(self, renderings: Renderings) -> None:
+        self.renderings = renderings
+
+    def __call__(self, turn: Turn) -> None:
         buffer = turn.buffer
         assert buffer is not None and turn.replica is not None
         with turn.trace.stage(Stage.RETAIN) as span:
             copied = buffer.copied
-            span.tokens = self.settle(turn)
+            span.tokens = settle(turn)
             work = CacheWork()
             buffer.add_block_hashes(turn.replica.retain(buffer.ids, buffer.block_hashes, work))
             hashed = self.renderings.keep(turn)
@@ -84,7 +80,14 @@ class PostInference:
                 hashed_items=hashed,
             )
 
-    async def storage(self, turn: Turn) -> None:
+
+class Storage:
+    """The response and its items into the store, where the request asked for it (``store``)."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+
+    async def __call__(self, turn: Turn) -> None:
         req = turn.req
         assert req is not None
         if not req.store:
@@ -103,29 +106,39 @@ class PostInference:
             await self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
             span.items = len(inputs) + len(output)
 
-    def charge(self, turn: Turn, status: str) -> Charge:
-        turn.billed = True
-        return Charge(
-            turn.response["id"],
-            turn.owner,
-            turn.response["model"],
-            turn.prompt_tokens,
-            turn.cached_tokens,
-            turn.produced,
-            status,
-        )
 
-    async def bill(self, turn: Turn, status: str) -> None:
-        """Blocking billing waits for the service; overlapped billing only queues the charge."""
+def charge(turn: Turn, status: str) -> Charge:
+    """The turn's ledger row (marking it billed): its prompt, cached and sampled tokens."""
+    turn.billed = True
+    return Charge(
+        turn.response["id"],
+        turn.owner,
+        turn.response["model"],
+        turn.prompt_tokens,
+        turn.cached_tokens,
+        turn.produced,
+        status,
+    )
+
+
+class Bill:
+    """The billing stage: blocking billing waits for the service; overlapped billing only queues
+    the charge (the design's plan says which)."""
+
+    def __init__(self, billing: Billing) -> None:
+        self.billing = billing
+
+    async def __call__(self, turn: Turn, status: str) -> None:
         overlapped = turn.plan[Stage.BILLING].overlapped
         with turn.trace.stage(Stage.BILLING, overlapped=overlapped):
-            charge = self.charge(turn, status)
+            row = charge(turn, status)
             if overlapped:
-                self.billing.charge_later(charge)
+                self.billing.charge_later(row)
             else:
-                await self.billing.charge(charge)
+                await self.billing.charge(row)
 
-    def bill_if_abandoned(self, turn: Turn) -> None:
-        """A response that ended early (an error, a disconnect) still pays for its prompt."""
-        if not turn.billed and turn.prompt_tokens:
-            self.billing.charge_later(self.charge(turn, "cancelled"))
+
+def bill_if_abandoned(turn: Turn, billing: Billing) -> None:
+    """A response that ended early (an error, a disconnect) still pays for its prompt."""
+    if not turn.billed and turn.prompt_tokens:
+        billing.charge_later(charge(turn, "cancelled"))

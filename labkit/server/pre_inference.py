@@ -8,8 +8,10 @@
     routing       model configuration and the choice of a replica
     intermediary  the hop through an intermediary service, where the design keeps it
 
-Any of them may refuse the request with an ``APIError``, before any event is sent. They
-are methods of ``labkit.server.pipeline.Pipeline``, which holds the resources they use.
+Any of them may refuse the request with an ``APIError``, before any event is sent. A stage
+that needs nothing but the turn is a function (``validate``); the others are objects built with
+the profile entry and the resources they use, then called with the turn.
+``labkit.server.pipeline.Pipeline`` builds them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from labkit import profiles
 from labkit.api.compaction import without_replaced
 from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
 from labkit.api.ids import new_id, new_item_id
@@ -27,10 +30,10 @@ from labkit.designs import Over, Runs
 from labkit.engine import timing
 from labkit.engine.catalogue import UnknownModel
 from labkit.engine.safety import classifier_texts, scan
-from labkit.profiles import Profile
 from labkit.server.offload import off_loop_if_large
 from labkit.server.render_cache import Renderings, append_rendered
 from labkit.server.routing import Router
+from labkit.server.sampling import settle
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.store import ResponseStore
 from labkit.server.traces import TraceStore
@@ -55,24 +58,19 @@ def accept_create(turn: Turn, body: Any) -> list[Item]:
     return turn.req.items
 
 
-class PreInference:
-    """The stages before inference (see the module's docstring)."""
+def validate(turn: Turn, body: Any, accept: Accept = accept_create) -> None:
+    """Check what the client sent, all of it: ``accept`` reads it onto the turn."""
+    with turn.trace.stage(Stage.VALIDATION) as span:
+        span.items = len(accept(turn, body))
 
-    profile: Profile
-    store: ResponseStore
-    router: Router
-    renderings: Renderings
-    scripts: ScriptLibrary
-    traces: TraceStore
 
-    settle: Callable[[Turn], int]  # the outputs onto the buffer: with the stages after inference
+class Hydration:
+    """The conversation so far: the connection cache's answer (``Turn.parent``), or the store."""
 
-    def validate(self, turn: Turn, body: Any, accept: Accept = accept_create) -> None:
-        """Check what the client sent, all of it: ``accept`` reads it onto the turn."""
-        with turn.trace.stage(Stage.VALIDATION) as span:
-            span.items = len(accept(turn, body))
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
 
-    async def hydrate(self, turn: Turn) -> None:
+    async def __call__(self, turn: Turn) -> None:
         req = turn.req
         assert req is not None
         with turn.trace.stage(Stage.HYDRATION) as span:
@@ -113,31 +111,44 @@ class PreInference:
             resolved.append(item)
         return resolved
 
-    def unseen_input(self, turn: Turn) -> list[Item]:
-        """What the input classifier must read: per the plan, the whole history or only the new
-        items (when the connection cache vouches for the rest)."""
-        if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.from_connection_cache:
-            return turn.new_items
-        return turn.items
 
-    async def input_safety(self, turn: Turn, items: Sequence[Item]) -> None:
-        """Scan the items for real, then spend the modeled classifier time for what was scanned."""
+def unseen_input(turn: Turn) -> list[Item]:
+    """What the input classifier must read: per the plan, the whole history or only the new
+    items (when the connection cache vouches for the rest)."""
+    if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.from_connection_cache:
+        return turn.new_items
+    return turn.items
+
+
+class InputSafety:
+    """Scan the items for real, then spend the modeled classifier time for what was scanned."""
+
+    def __init__(self, safety: profiles.Safety) -> None:
+        self.safety = safety
+
+    async def __call__(self, turn: Turn, items: Sequence[Item]) -> None:
         with turn.trace.stage(Stage.INPUT_SAFETY) as span:
             texts = classifier_texts(items)
             result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts)
             span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
-            await timing.sleep(self.profile.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+            await timing.sleep(self.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
 
-    async def render(self, turn: Turn) -> None:
-        """Tokenize only what no cache holds (``labkit.server.render_cache``). An appended rollout
-        that resumes goes on with its own buffer: the outputs it paused on, then what was appended."""
+
+class Render:
+    """Tokenize only what no cache holds (``labkit.server.render_cache``). An appended rollout
+    that resumes goes on with its own buffer: the outputs it paused on, then what was appended."""
+
+    def __init__(self, renderings: Renderings) -> None:
+        self.renderings = renderings
+
+    async def __call__(self, turn: Turn) -> None:
         with turn.trace.stage(Stage.RENDER) as span:
             if turn.buffer is None:
                 buffer, todo = await self.renderings.start(turn, span)
                 encoded = copied = 0  # a new buffer (or a fork) counts its work from zero
             else:
                 buffer, encoded, copied = turn.buffer, turn.buffer.encoded, turn.buffer.copied
-                self.settle(turn)
+                settle(turn)
                 todo, span.detail["cache"] = turn.take_appending(), Source.RESPONSE
             await append_rendered(buffer, todo, span)
             turn.buffer = buffer
@@ -145,7 +156,15 @@ class PreInference:
             span.detail["prompt_tokens"] = len(buffer)
             span.detail["copied_ids"] = buffer.copied - copied
 
-    async def route(self, turn: Turn) -> None:
+
+class Routing:
+    """The model's configuration (a hop, unless the design caches it) and the replica: the
+    connection's, or the router's pick; a follow-up from the connection cache reuses both."""
+
+    def __init__(self, routing: profiles.Routing, router: Router) -> None:
+        self.routing, self.router = routing, router
+
+    async def __call__(self, turn: Turn) -> None:
         req = turn.req
         assert req is not None
         with turn.trace.stage(Stage.ROUTING) as span:
@@ -156,7 +175,7 @@ class PreInference:
             model = self.router.cached_config(req.model) if turn.design.model_config_cache else None
             span.detail["config_cache"] = model is not None
             if model is None:
-                await timing.sleep(self.profile.routing.model_config_hop_ms / 1000)
+                await timing.sleep(self.routing.model_config_hop_ms / 1000)
                 try:
                     model = self.router.fetch_config(req.model)
                 except UnknownModel as exc:
@@ -165,15 +184,23 @@ class PreInference:
             turn.replica = turn.pinned or self.router.pick(req.prompt_cache_key, turn.owner)
             span.detail["replica"] = turn.replica.name
 
-    async def intermediary(self, turn: Turn) -> None:
+
+class Intermediary:
+    """The hop through an intermediary service, where the design's plan keeps it."""
+
+    def __init__(self, intermediary: profiles.Intermediary) -> None:
+        self.intermediary = intermediary
+
+    async def __call__(self, turn: Turn) -> None:
         if turn.plan[Stage.INTERMEDIARY].runs is not Runs.SKIPPED:
             with turn.trace.stage(Stage.INTERMEDIARY):
-                await timing.sleep(self.profile.intermediary.hop_ms / 1000)
+                await timing.sleep(self.intermediary.hop_ms / 1000)
 
-    def open_response(self, turn: Turn) -> None:
-        """The Response object this turn will stream, and the policy that decides its output."""
-        assert turn.req is not None and turn.model is not None
-        turn.policy = self.scripts.policy_for(turn.req.metadata)
-        turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
-        # Kept from now on, so a response's spans can be read while it runs (an appended rollout).
-        self.traces.put(turn.owner, turn.response["id"], turn.trace)
+
+def open_response(turn: Turn, scripts: ScriptLibrary, traces: TraceStore) -> None:
+    """The Response object this turn will stream, and the policy that decides its output."""
+    assert turn.req is not None and turn.model is not None
+    turn.policy = scripts.policy_for(turn.req.metadata)
+    turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
+    # Kept while it runs too, so a response's spans can be read before it ends (an appended rollout).
+    traces.put(turn.owner, turn.response["id"], turn.trace)

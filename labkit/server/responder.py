@@ -1,10 +1,14 @@
-"""One response, start to finish: the order in which the pipeline's stages run.
+"""One response, start to finish: the order in which it runs the pipeline's stages
+(``labkit.server.pipeline`` lists them).
 
 ``prepare`` runs everything before inference and may refuse the request (an
 ``APIError`` before any event is sent); ``respond`` streams the events
 through ``emit`` and returns the conversation a follow-up can reuse; ``infer``
-is one sampling segment of it. ``labkit.server.appended`` is the prototype's
+is one sampling segment of it. ``labkit.server.appended`` is the appended design's
 variant of ``respond``; ``cut`` records a response whose client stopped reading.
+
+The downlink is paid here, where a segment's first event leaves: before ``response.created``
+(``run_events``), and before a resumed segment's first delta (``infer``).
 
 A failure after ``response.created`` ends the response with ``response.failed`` (the Response,
 ``status: failed`` and its ``error``) and raises ``ResponseFailed``: the events are over, and
@@ -27,7 +31,9 @@ from labkit.engine.policies import Call
 from labkit.server.compact import compact_first
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Emit, Pipeline
-from labkit.server.trace_stream import trace_event
+from labkit.server.post_inference import bill_if_abandoned
+from labkit.server.pre_inference import open_response, unseen_input
+from labkit.server.trace_stream import TraceFeed, trace_event
 from labkit.server.turn import Conversation, Turn
 
 CLIENT_TOO_SLOW = "client_too_slow"  # the error code of a response cut for its slow reader
@@ -45,11 +51,11 @@ async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
     """Validation through the intermediary hop; raises ``APIError`` before any event is sent."""
     pipeline.validate(turn, body)
     await pipeline.hydrate(turn)
-    await pipeline.input_safety(turn, pipeline.unseen_input(turn))
+    await pipeline.input_safety(turn, unseen_input(turn))
     await pipeline.render(turn)
     await pipeline.route(turn)
     await pipeline.intermediary(turn)
-    pipeline.open_response(turn)
+    open_response(turn, pipeline.scripts, pipeline.traces)
 
 
 async def respond(pipeline: Pipeline, turn: Turn, emit: Emit) -> Conversation:
@@ -72,13 +78,14 @@ async def run_events(
     """A response's events: ``response.created`` and ``response.in_progress``, then ``run``'s, and
     ``response.failed`` if it fails after them (``ResponseFailed``); a response that ended early
     still pays for its prompt."""
-    events, send = ResponseEvents(turn.response), pipeline.sender(turn, emit)
+    events = ResponseEvents(turn.response)
     created = False
     try:
+        await pipeline.downlink(turn)  # the first segment's first event is response.created
         for event in events.start():
-            await send(event)
+            await emit(event)
             created = True
-        return await run(events, send)
+        return await run(events, emit)
     except (asyncio.CancelledError, SlowReader, ResponseFailed):
         raise
     except Exception as exc:
@@ -88,7 +95,7 @@ async def run_events(
         await emit(fail(turn, events, error))
         raise ResponseFailed(error) from exc
     finally:
-        pipeline.bill_if_abandoned(turn)
+        bill_if_abandoned(turn, pipeline.billing)
 
 
 def fail(turn: Turn, events: ResponseEvents, error: APIError) -> Event:
@@ -115,7 +122,9 @@ async def infer(
         if not turn.req.generate:
             return None, False
         actions = turn.next_actions()
-        await pipeline.downlink(turn)  # a resumed segment's first event: the network before decoding
+        # Once per segment: the first segment paid it before response.created; a resumed one
+        # pays it here, before its first delta.
+        await pipeline.downlink(turn)
         stopped = await pipeline.decode(turn, events, actions, send)
     return stopped, bool(actions) and isinstance(actions[-1], Call) and stopped is None
 
@@ -137,9 +146,7 @@ async def finish(
     events.sent(terminal)
     if overlapped:
         await pipeline.bill(turn, status)
-    if pipeline.feed.wants(turn.owner):  # the spans' JSON costs more than the rest of finishing
-        spans = [span.to_json() for span in turn.trace.spans]
-        pipeline.feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))
+    publish(pipeline.feed, turn)
     return turn.left_behind()
 
 
@@ -158,6 +165,12 @@ def cut(pipeline: Pipeline, turn: Turn, reason: str) -> None:
     turn.response.update(status="failed", error={"code": CLIENT_TOO_SLOW, "message": reason})
     if turn.trace.spans:
         turn.trace.spans[-1].detail["cut"] = reason
-    if pipeline.feed.wants(turn.owner):
+    publish(pipeline.feed, turn)
+
+
+def publish(feed: TraceFeed, turn: Turn) -> None:
+    """The response's trace, to its key's trace subscribers (if it has any: the spans' JSON costs
+    more than the rest of finishing)."""
+    if feed.wants(turn.owner):
         spans = [span.to_json() for span in turn.trace.spans]
-        pipeline.feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))
+        feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))

@@ -4,8 +4,10 @@
     prefill       the prompt tokens the replica's prefix cache lacks
     decode        sampling, paced at the model's speed, each chunk an event
 
-They are methods of ``labkit.server.pipeline.Pipeline``; ``labkit.server.responder.infer``
-runs them for a response, ``labkit.server.compact`` for a compaction pass.
+``queue`` is an object built with the replicas' slots; ``prefill`` and ``decode`` need nothing
+but the turn (its replica and model), so they are functions. ``labkit.server.pipeline.Pipeline``
+lists them; ``labkit.server.responder.infer`` runs them for a response, ``labkit.server.compact``
+for a compaction pass. ``settle`` moves what was sampled onto the rendered buffer.
 """
 
 from __future__ import annotations
@@ -22,21 +24,22 @@ from labkit.engine.policies import Action, Call, Say
 from labkit.engine.render import GENERATION_PROMPT
 from labkit.server.slots import EngineSlots
 from labkit.server.turn import Turn
-from labkit.text.tokenizer import decode, encode_text
+from labkit.text.tokenizer import decode as text_of
+from labkit.text.tokenizer import encode_text
 
 Emit = Callable[[Event], Awaitable[None]]
 
 
-class Sampling:
-    """The inference stages (see the module's docstring)."""
+class Queue:
+    """A slot on the turn's replica, held until the ``async with`` block ends. The span says how
+    busy the replica was and how many of its slots the turn's key held when it asked, and whether
+    it waited (for a free slot, or for its key's share: ``labkit.server.slots``)."""
 
-    slots: dict[str, EngineSlots]  # per replica: the responses it serves at once, shared by keys
+    def __init__(self, slots: dict[str, EngineSlots]) -> None:
+        self.slots = slots  # per replica: the responses it serves at once, shared by keys
 
     @asynccontextmanager
-    async def queue(self, turn: Turn) -> AsyncIterator[None]:
-        """A slot on the turn's replica, held until the block ends. The span says how busy the
-        replica was and how many of its slots the turn's key held when it asked, and whether it
-        waited (for a free slot, or for its key's share: ``labkit.server.slots``)."""
+    async def __call__(self, turn: Turn) -> AsyncIterator[None]:
         assert turn.replica is not None
         slots = self.slots[turn.replica.name]
         with turn.trace.stage(Stage.QUEUE) as span:
@@ -47,30 +50,42 @@ class Sampling:
         finally:
             slots.release(turn.owner)
 
-    async def prefill(self, turn: Turn) -> None:
-        """The replica reads the prompt: the rendered conversation and the assistant's turn opener."""
-        model, replica, buffer = turn.model, turn.replica, turn.buffer
-        assert model is not None and replica is not None and buffer is not None
-        with turn.trace.stage(Stage.PREFILL) as span:
-            prefill = await replica.prefill(model, buffer.ids, buffer.block_hashes, tail=GENERATION_PROMPT)
-            span.tokens, span.detail["cached_tokens"] = prefill.uncached_tokens, prefill.cached_tokens
-            span.detail["hashed_blocks"] = prefill.work.hashed_blocks
-            span.detail["touched_blocks"] = prefill.work.touched_blocks
-        turn.prompt_tokens += prefill.prompt_tokens
-        turn.cached_tokens += prefill.cached_tokens
 
-    async def decode(
-        self, turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit
-    ) -> str | None:
-        """Sample the actions' tokens, each chunk an event through ``emit``; returns why sampling
-        stopped early: ``max_output_tokens``, ``steered`` (``SAFE_BOUNDARIES``), or None."""
-        with turn.trace.stage(Stage.DECODE) as span:
-            before = turn.produced
-            stopped = await _sample(turn, events, actions, emit)
-            span.tokens, span.items = turn.produced - before, len(actions)
-            if stopped:
-                span.detail["stopped"] = stopped
-        return stopped
+async def prefill(turn: Turn) -> None:
+    """The replica reads the prompt: the rendered conversation and the assistant's turn opener."""
+    model, replica, buffer = turn.model, turn.replica, turn.buffer
+    assert model is not None and replica is not None and buffer is not None
+    with turn.trace.stage(Stage.PREFILL) as span:
+        read = await replica.prefill(model, buffer.ids, buffer.block_hashes, tail=GENERATION_PROMPT)
+        span.tokens, span.detail["cached_tokens"] = read.uncached_tokens, read.cached_tokens
+        span.detail["hashed_blocks"] = read.work.hashed_blocks
+        span.detail["touched_blocks"] = read.work.touched_blocks
+    turn.prompt_tokens += read.prompt_tokens
+    turn.cached_tokens += read.cached_tokens
+
+
+async def decode(turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit) -> str | None:
+    """Sample the actions' tokens, each chunk an event through ``emit``; returns why sampling
+    stopped early: ``max_output_tokens``, ``steered`` (``SAFE_BOUNDARIES``), or None."""
+    with turn.trace.stage(Stage.DECODE) as span:
+        before = turn.produced
+        stopped = await _sample(turn, events, actions, emit)
+        span.tokens, span.items = turn.produced - before, len(actions)
+        if stopped:
+            span.detail["stopped"] = stopped
+    return stopped
+
+
+def settle(turn: Turn) -> int:
+    """Append the outputs sampled since the last settle to the rendered buffer (headers only), and
+    make them part of the turn's items; returns how many tokens that added. Render settles them
+    before an appended rollout's next input, retain before the conversation is kept."""
+    assert turn.buffer is not None
+    outputs, ids = turn.unsettled()
+    added = sum(turn.buffer.append_sampled(item, sampled) for item, sampled in zip(outputs, ids, strict=True))
+    turn.appended += outputs
+    turn.settled = len(turn.response["output"])
+    return added
 
 
 MAX_OUTPUT_TOKENS, STEERED = "max_output_tokens", "steered"  # why sampling stops early
@@ -109,10 +124,10 @@ async def _sample(turn: Turn, events: ResponseEvents, actions: Sequence[Action],
                     cut = 0 if at_boundary else _boundary_in(chunk)
                     if cut is not None:
                         if cut:
-                            await emit(events.delta(decode(chunk[:cut])))
+                            await emit(events.delta(text_of(chunk[:cut])))
                         sent, stopped = sent + cut, STEERED
                         break
-                await emit(events.delta(decode(chunk)))
+                await emit(events.delta(text_of(chunk)))
                 sent += len(chunk)
                 at_boundary = ends_sentence(chunk[-1])
         turn.produced += sent
@@ -139,7 +154,7 @@ def ends_sentence(token: int) -> bool:
     >>> [ends_sentence(t) for t in encode_text("Done. Next")]
     [False, True, False]
     """
-    text = decode([token])
+    text = text_of([token])
     return "\n" in text or text.rstrip().endswith((".", "!", "?"))
 
 

@@ -33,7 +33,7 @@ from dataclasses import fields, replace
 
 import numpy as np
 
-from labkit.analysis.compare import compare, stderr_progress
+from labkit.analysis.compare import run_designs, stderr_progress
 from labkit.analysis.cost_model import CpuCosts, Shape
 from labkit.analysis.fit.inputs import CPU_FIELDS, FitInputs, Unmodeled, read_inputs
 from labkit.analysis.fit.outcomes import Basis, model_outcomes, predictions, with_values
@@ -67,7 +67,7 @@ def run_rounds(
         costs.append(CpuCosts.measure())
         tools.append(sum(t.tool_s for t in Shape.of(scenario).turns))
         for profile in profiles:
-            rows = compare(tps=[basis.decode_tps], profile=profile, designs=inputs.designs)
+            rows = run_designs(tps=[basis.decode_tps], profile=profile, designs=inputs.designs)
             runs[profile].append({r.design: {"ttft": r.ttft_mean_s, "e2e": r.e2e_s} for r in rows})
             stderr_progress(
                 f"  {profile}: "

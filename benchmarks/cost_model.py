@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from labkit.analysis.compare import compare, models_for, stderr_progress
+from labkit.analysis.compare import models_for, run_designs, stderr_progress
 from labkit.analysis.cost_model import end_to_end, mean_ttft, predict
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.shape import Shape
@@ -42,7 +42,7 @@ def main() -> None:
     name = models_for([args.tps], catalogue)[0][args.tps]
     prefill = catalogue.models[name].prefill_tps if name in catalogue.models else None
 
-    rows = compare(
+    rows = run_designs(
         tps=[args.tps],
         scenario=args.scenario,
         profile=args.profile,

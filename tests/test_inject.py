@@ -30,7 +30,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from labkit import lab
-from labkit.analysis.compare import compare
+from labkit.analysis.compare import run_designs
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
@@ -483,7 +483,7 @@ def test_the_three_wires_side_by_side(server: LabkitServer) -> None:
 
 
 def test_labkit_compare_runs_both_wires_by_name() -> None:
-    rows = compare(
+    rows = run_designs(
         tps=[1000],
         scenario="synthetic:turns=3,output_tokens=10,tool_tokens=30,instruction_tokens=50",
         profile="local",

@@ -24,11 +24,11 @@ from labkit.analysis.room import (
     by_design,
     comparison,
     label_of,
+    learner_turns,
     learners,
     rollout_of,
     rollouts,
     room_figure,
-    turns,
     watch_room,
 )
 from labkit.client.agent import Rollout
@@ -171,7 +171,7 @@ def test_designs_across_the_room(room: Room) -> None:
 
 
 def test_a_turns_first_token_comes_within_it(room: Room) -> None:
-    table = turns(room.traces)
+    table = learner_turns(room.traces)
     assert len(table) == 3 + 3 + 3 + 3 + CHAIN
     assert ((table["ttft_s"] > 0) & (table["ttft_s"] < table["wall_s"])).all()
     appended = table[table["design"] == "appended"]
@@ -188,7 +188,7 @@ def test_the_figure_counts_every_response(room: Room) -> None:
     fig = room_figure(room.traces)
     per_learner = [bar for bar in fig.data if bar.xaxis == "x"]
     assert [bar.name for bar in per_learner] == ["naive", "sprint", "websocket", "appended"]
-    assert sum(sum(bar.y) for bar in per_learner) == len(turns(room.traces))
+    assert sum(sum(bar.y) for bar in per_learner) == len(learner_turns(room.traces))
     assert f"{TOTAL} responses" in fig.layout.title.text
     assert len(room_figure([]).data) == 2  # an empty room draws its panels
 

@@ -75,7 +75,7 @@ def _plain(number: float) -> str:
     return f"{number:f}".rstrip("0").rstrip(".")
 
 
-def compare(
+def run_designs(
     *,
     tps: Sequence[float] = DEFAULT_TPS,
     scenario: str | Scenario = DEFAULT_SCENARIO,

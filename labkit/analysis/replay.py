@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit.analysis.compare import Row, compare, model_near, rows_json
+from labkit.analysis.compare import Row, model_near, rows_json, run_designs
 from labkit.analysis.cost_model import CpuCosts, Shape, predict
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import REPLAY_MODELS, builtin_speeds, load_catalogue
@@ -103,7 +103,7 @@ def replay(
         recording = load_replay(Path(source), Path(tmp))
         if progress:
             progress(describe(recording))
-        rows = compare(
+        rows = run_designs(
             tps=tps,
             scenario=recording.scenario,
             profile=profile,

@@ -4,7 +4,7 @@ An instructor's key on ``/v1/labkit/traces/stream`` receives every learner's fin
 (``labkit.client.trace_watch``). Each function here turns the traces received so far into one
 table or one figure, so a dashboard (notebook 07) only watches and redraws:
 
-- ``turns``: a row per turn (a response, or one sampling segment of an appended rollout)
+- ``learner_turns``: a row per turn (a response, or one sampling segment of an appended rollout)
 - ``rollouts``: a row per rollout, with its end to end
 - ``learners``: a row per learner: their name, responses, rollouts, designs, models, last seen
 - ``by_design``: TTFT and end to end per design, across the room
@@ -28,7 +28,7 @@ Times are the server's, from its spans (one monotonic clock for every worker on 
     >>> span = {"stage": "decode", "start": 1.0, "end": 1.5, "tokens": 50, "segment": 0}
     >>> trace = {"response_id": "resp_1", "design": "naive", "model": "m", "status": "completed",
     ...          "spans": [{"stage": "uplink", "start": 0.9, "end": 0.95, "tokens": 0, "segment": 0}, span]}
-    >>> row = turns([trace]).iloc[0]
+    >>> row = learner_turns([trace]).iloc[0]
     >>> row["learner"], row["name"], round(float(row["ttft_s"]), 3), round(float(row["wall_s"]), 3)
     ('you', None, 0.11, 0.6)
 """
@@ -96,7 +96,7 @@ def label_of(key: str) -> str:
     return key_label(key)
 
 
-def turns(traces: Sequence[Trace]) -> pd.DataFrame:
+def learner_turns(traces: Sequence[Trace]) -> pd.DataFrame:
     """A row per turn: ``learner``, ``name`` (the learner's own, or None), ``response_id``,
     ``design``, ``model``, ``status``, ``turn`` (the sampling segment), ``start`` and ``end``
     (server clock, s), ``ttft_s`` (NaN for a turn that sampled nothing) and ``wall_s``."""
@@ -153,7 +153,7 @@ def rollout_of(traces: Sequence[Trace]) -> dict[str, str]:
 def rollouts(traces: Sequence[Trace]) -> pd.DataFrame:
     """A row per rollout, in the order they began: ``learner``, ``name``, ``rollout``, ``design``, ``model``,
     ``responses``, ``turns``, ``start`` (server clock, s) and ``e2e_s`` (so far, for one running)."""
-    table = turns(traces)
+    table = learner_turns(traces)
     if table.empty:
         return pd.DataFrame(columns=ROLLOUT_COLUMNS)
     table["rollout"] = table["response_id"].map(rollout_of(traces))
@@ -205,7 +205,7 @@ def by_design(traces: Sequence[Trace]) -> pd.DataFrame:
     """Per design, across the room: ``learners``, ``rollouts``, ``turns``, the turns' TTFT
     (median and 90th percentile, ms) and the rollouts' end to end (median and 90th percentile, s).
     Rows in the story's order (naive, sprint, websocket, appended), then any other design."""
-    table, runs = turns(traces), rollouts(traces)
+    table, runs = learner_turns(traces), rollouts(traces)
     if table.empty:
         return pd.DataFrame(columns=DESIGN_COLUMNS).rename_axis("design")
     per_turn = table.groupby("design")["ttft_s"]

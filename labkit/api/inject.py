@@ -35,9 +35,8 @@ from typing import Any
 
 from labkit.api import event_types as types
 from labkit.api.errors import invalid_request
+from labkit.api.items import Item
 from labkit.api.requests import parse_item
-
-Item = dict[str, Any]
 
 BETA_HEADER = "openai-beta"  # the upgrade's header that opts a connection into a beta
 MULTI_AGENT_BETA = "responses_multi_agent=v1"  # the beta that has response.inject

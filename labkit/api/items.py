@@ -14,6 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# An item as it travels and is stored: its JSON object (the models below read one when checking).
+Item = dict[str, Any]
+
 
 class _Item(BaseModel):
     model_config = ConfigDict(extra="allow")

@@ -30,8 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.api import event_types as types
-
-Item = dict[str, Any]
+from labkit.api.items import Item
 
 # The error codes of ``response.steer.failed`` (the SDK's ``ResponseSteerErrorCode``).
 RESPONSE_NOT_FOUND = "response_not_found"

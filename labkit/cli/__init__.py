@@ -67,9 +67,9 @@ def compare_command(args: argparse.Namespace) -> None:
     check_models(None)  # $LABKIT_MODELS reaches the server compare starts
     import json
 
-    from labkit.analysis.compare import compare, format_tables, rows_json, stderr_progress
+    from labkit.analysis.compare import format_tables, rows_json, run_designs, stderr_progress
 
-    rows = compare(
+    rows = run_designs(
         tps=args.tps,
         scenario=args.scenario,
         profile=args.profile,

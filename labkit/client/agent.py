@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from labkit.api.extensions import SCENARIO_KEY, TRACES_PATH
+from labkit.api.items import Item
 from labkit.api.owners import NAME_KEY
 from labkit.client.records import ToolRun, TurnRecord
 from labkit.client.room import client_key
@@ -38,7 +39,6 @@ from labkit.text.passage import text_of_tokens
 if TYPE_CHECKING:
     import pandas as pd
 
-Item = dict[str, Any]
 MAX_TURNS = 100
 DEFAULT_MODEL = "labkit-spark"  # the fast coding model (1,000 tokens/s): what a rollout asks for unless told
 

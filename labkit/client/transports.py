@@ -45,9 +45,8 @@ from labkit.api.event_types import (
 )
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA
+from labkit.api.items import Item
 from labkit.designs import Design, compose
-
-Item = dict[str, Any]
 
 
 class TurnFailed(RuntimeError):

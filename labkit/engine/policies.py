@@ -20,10 +20,9 @@ from typing import Any, Protocol
 
 from labkit import limits
 from labkit.api.compaction import task_calls
+from labkit.api.items import Item
 from labkit.engine.arguments import example_value
 from labkit.text.passage import leading_sentences, text_of_tokens
-
-Item = dict[str, Any]
 
 
 @dataclass(frozen=True)

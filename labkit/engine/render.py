@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from labkit.api.compaction import summary_text
+from labkit.api.items import Item
 from labkit.engine.tool_namespace import tool_namespace
 from labkit.text.tokenizer import (
     IM_END,
@@ -32,8 +33,6 @@ from labkit.text.tokenizer import (
     encoding,
     special,
 )
-
-Item = dict[str, Any]
 
 # ---------------------------------------------------------------- item -> (header, body)
 

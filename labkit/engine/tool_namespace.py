@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-Item = dict[str, Any]
+from labkit.api.items import Item
 
 
 def _ts_type(schema: Any) -> str:

@@ -22,13 +22,11 @@ from labkit.api.errors import APIError, invalid_request
 from labkit.api.events import ResponseEvents
 from labkit.api.ids import new_item_id
 from labkit.api.inject import answered
+from labkit.api.items import Item
 from labkit.api.requests import check_new_items, parse_item, stored_form
 from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.responder import finish, infer, run_events
 from labkit.server.turn import Conversation, Turn
-
-Item = dict[str, Any]
-
 
 NextInput = Callable[[], Awaitable[list[Any]]]  # the client's next response.append or response.inject
 

@@ -53,6 +53,7 @@ from labkit.api import inject, safejson, steering
 from labkit.api.errors import APIError, invalid_request, rate_limited
 from labkit.api.event_types import RESPONSE_APPEND, RESPONSE_CREATE, RESPONSE_INJECT, RESPONSE_STEER
 from labkit.api.ids import new_id
+from labkit.api.items import Item
 from labkit.api.requests import parse_item
 from labkit.designs import Design
 from labkit.limits import MAX_IN_FLIGHT, MAX_LANES, MAX_PENDING_STEERS, MAX_QUEUED_BYTES, MAX_QUEUED_CREATES
@@ -60,7 +61,6 @@ from labkit.server.connection_cache import ConnectionCache, Lane
 from labkit.server.lanes import check_stream_id
 from labkit.server.turn import Conversation
 
-Item = dict[str, Any]
 ENDED_KEPT = 1024  # ended responses a connection remembers, to say why a steer came too late
 
 # Why a response cannot be steered, by what it runs as (``response.steer.failed``, steering_not_supported).

@@ -17,7 +17,7 @@ from labkit.api.errors import as_api_error, invalid_request, response_not_found,
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.sse import frame
-from labkit.server.compact import compact
+from labkit.server.compaction_pass import compact
 from labkit.server.config import config_of
 from labkit.server.network import drop_if_stuck, transport_of
 from labkit.server.outbox import Outbox, SlowReader

@@ -4,7 +4,7 @@ Each stage is a plain object (or, where it needs nothing but the turn, a functio
 with what it needs: an entry of the latency profile, and the resources it reads or writes.
 ``Pipeline`` holds the stages and those resources; the paths run them in their own order: a
 response in ``labkit.server.responder`` (and ``labkit.server.appended`` for an appended
-rollout's later segments), a compaction pass in ``labkit.server.compact``.
+rollout's later segments), a compaction pass in ``labkit.server.compaction_pass``.
 
 The stages live with their kind: the network and the door (``labkit.server.door``), before
 inference (``labkit.server.pre_inference``), inference (``labkit.server.sampling``), after

@@ -23,6 +23,7 @@ from labkit import profiles
 from labkit.api.compaction import without_replaced
 from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
 from labkit.api.ids import new_id, new_item_id
+from labkit.api.items import Item
 from labkit.api.requests import check_new_items, parse_create, stored_form
 from labkit.api.responses import new_response
 from labkit.api.stages import Source, Stage
@@ -39,7 +40,6 @@ from labkit.server.store import ResponseStore
 from labkit.server.traces import TraceStore
 from labkit.server.turn import Turn
 
-Item = dict[str, Any]
 # Reads what a client sent onto the turn (raising ``APIError`` if it is not valid); returns its items.
 Accept = Callable[[Turn, Any], Sequence[Item]]
 

@@ -53,18 +53,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 from cachetools import LRUCache
 
+from labkit.api.items import Item
 from labkit.api.stages import Source, Stage
 from labkit.designs import Over
 from labkit.engine.render import PrefixHasher, TokenBuffer, encode_items, system_digest
 from labkit.server.offload import off_loop_if_large, text_chars
 from labkit.server.traces import Span
 from labkit.server.turn import Turn
-
-Item = dict[str, Any]
 
 # What an entry costs (measured with tracemalloc on CPython 3.11; a test checks both): a token id
 # (or a block hash) is an int of its own (32 bytes) and its list slot (8, and about 1/8 more as a

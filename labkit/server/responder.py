@@ -28,7 +28,7 @@ from labkit.api.events import Event, ResponseEvents, json_copy
 from labkit.api.responses import usage
 from labkit.api.stages import Stage
 from labkit.engine.policies import Call
-from labkit.server.compact import compact_first
+from labkit.server.compaction_pass import compact_first
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.post_inference import bill_if_abandoned

@@ -6,7 +6,7 @@
 
 ``queue`` is an object built with the replicas' slots; ``prefill`` and ``decode`` need nothing
 but the turn (its replica and model), so they are functions. ``labkit.server.pipeline.Pipeline``
-lists them; ``labkit.server.responder.infer`` runs them for a response, ``labkit.server.compact``
+lists them; ``labkit.server.responder.infer`` runs them for a response, ``labkit.server.compaction_pass``
 for a compaction pass. ``settle`` moves what was sampled onto the rendered buffer.
 """
 

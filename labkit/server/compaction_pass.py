@@ -32,6 +32,7 @@ from labkit.api.errors import invalid_request
 from labkit.api.event_types import OUTPUT_TEXT_DELTA
 from labkit.api.events import Event, ResponseEvents
 from labkit.api.ids import new_id
+from labkit.api.items import Item
 from labkit.api.requests import CreateBody, CreateRequest, parse_compact
 from labkit.api.responses import usage
 from labkit.api.stages import Source, Stage
@@ -43,8 +44,6 @@ from labkit.server.render_cache import append_rendered
 from labkit.server.sampling import settle
 from labkit.server.turn import Turn
 from labkit.text.tokenizer import decode, encode_text
-
-Item = dict[str, Any]
 
 # Each excerpt in a summary: about 1/25 of the window it replaces, within these bounds (tokens).
 EXCERPT_MIN, EXCERPT_MAX = 8, 96

@@ -35,7 +35,7 @@ from labkit.server.database import Database
 from labkit.server.pipeline import Pipeline
 from labkit.server.responder import prepare, respond
 from labkit.server.store import ResponseStore
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 
 WEBSOCKET = compose("websocket")
 APPENDED = compose("appended")
@@ -499,7 +499,7 @@ def test_inject_failures_are_numbered_with_the_steering_events() -> None:
 
 
 def test_every_stage_reads_the_caches_one_answer_and_none_asks_again() -> None:
-    """The stages take ``Turn.parent`` as given. Handed a cached conversation under another id
+    """The stages take ``ResponseRun.parent`` as given. Handed a cached conversation under another id
     than the create names, they serve it from memory (hydration, rendering, routing); handed no
     answer for an id only a cache could hold, they go to the store and find nothing. A stage that
     asked again (compared ids, or looked for a cache) would fail one of the two."""
@@ -516,18 +516,18 @@ def test_every_stage_reads_the_caches_one_answer_and_none_asks_again() -> None:
             Ledger(database),
         )
         body = {"model": "labkit-spark", "input": "Hi.", "store": False}
-        first = Turn(design=WEBSOCKET, owner="key_a")
+        first = ResponseRun(design=WEBSOCKET, owner="key_a")
         await prepare(pipeline, first, body)
         cached = await respond(pipeline, first, discard)
 
-        served = Turn(design=WEBSOCKET, owner="key_a", parent=cached)
+        served = ResponseRun(design=WEBSOCKET, owner="key_a", parent=cached)
         await prepare(pipeline, served, {**body, "previous_response_id": "resp_named_otherwise"})
         spans = {span.stage: span for span in served.trace.spans}
         assert spans["hydration"].detail["source"] == "connection_cache"
         assert spans["render"].detail["cache"] == "connection_cache" and spans["render"].items == 1
         assert spans["routing"].detail["reused"] is True
 
-        unanswered = Turn(design=WEBSOCKET, owner="key_a")
+        unanswered = ResponseRun(design=WEBSOCKET, owner="key_a")
         with pytest.raises(APIError, match="not found"):
             await prepare(pipeline, unanswered, {**body, "previous_response_id": cached.response["id"]})
 

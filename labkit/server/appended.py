@@ -26,13 +26,13 @@ from labkit.api.items import Item
 from labkit.api.requests import check_new_items, parse_item, stored_form
 from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.responder import finish, infer, run_events
-from labkit.server.turn import Conversation, Turn
+from labkit.server.turn import Conversation, ResponseRun
 
 NextInput = Callable[[], Awaitable[list[Any]]]  # the client's next response.append or response.inject
 
 
 async def respond_appended(
-    pipeline: Pipeline, turn: Turn, emit: Emit, next_input: NextInput, *, inject: bool = False
+    pipeline: Pipeline, turn: ResponseRun, emit: Emit, next_input: NextInput, *, inject: bool = False
 ) -> Conversation:
     """Sample segment after segment, waiting at each function call for the client's tool outputs:
     injected (``inject``, the beta's wire), or appended after a ``response.done`` pause."""
@@ -53,7 +53,7 @@ async def respond_appended(
 
 
 async def take_injects(
-    pipeline: Pipeline, turn: Turn, events: ResponseEvents, next_inject: NextInput, emit: Emit
+    pipeline: Pipeline, turn: ResponseRun, events: ResponseEvents, next_inject: NextInput, emit: Emit
 ) -> None:
     """The beta's wait: each inject checked as a create's new items and committed whole
     (``response.inject.created``, numbered in the response's sequence) or refused whole (an
@@ -82,7 +82,7 @@ async def take_injects(
     await pipeline.render(turn)
 
 
-async def resume(pipeline: Pipeline, turn: Turn, next_append: NextInput, emit: Emit) -> None:
+async def resume(pipeline: Pipeline, turn: ResponseRun, next_append: NextInput, emit: Emit) -> None:
     """A later segment's stages before inference: the next append that passes validation (a
     refused one is answered, and the rollout keeps waiting; its uplink and validation stay in
     the segment's spans: work done), then the input classifier and the render stage over
@@ -100,7 +100,7 @@ async def resume(pipeline: Pipeline, turn: Turn, next_append: NextInput, emit: E
     await pipeline.render(turn)
 
 
-def accept_append(turn: Turn, raw: Any) -> list[Item]:
+def accept_append(turn: ResponseRun, raw: Any) -> list[Item]:
     """Appended (or injected) input, validated as a create's: each item, then the checks that
     need the conversation (a compaction item's seal, a tool output answering a call). All of it
     joins what the next segment renders, or none of it."""

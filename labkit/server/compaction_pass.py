@@ -42,7 +42,7 @@ from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.post_inference import charge
 from labkit.server.render_cache import append_rendered
 from labkit.server.sampling import settle
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 from labkit.text.tokenizer import decode, encode_text
 
 # Each excerpt in a summary: about 1/25 of the window it replaces, within these bounds (tokens).
@@ -50,7 +50,7 @@ EXCERPT_MIN, EXCERPT_MAX = 8, 96
 LAST_LINES = ("Last assistant message: ", "Last tool result: ")
 
 
-async def compact(pipeline: Pipeline, turn: Turn, body: Any) -> dict[str, Any]:
+async def compact(pipeline: Pipeline, turn: ResponseRun, body: Any) -> dict[str, Any]:
     """The compaction pass through the pipeline's stages: validation, hydration (the window),
     render, routing, then queue, prefill and the summary's decode; returns the compact resource."""
     pipeline.validate(turn, body, accept_compaction)
@@ -79,7 +79,7 @@ async def compact(pipeline: Pipeline, turn: Turn, body: Any) -> dict[str, Any]:
     }
 
 
-async def compact_first(pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit) -> None:
+async def compact_first(pipeline: Pipeline, turn: ResponseRun, events: ResponseEvents, send: Emit) -> None:
     """``context_management``: a response whose rendered input is past its ``compact_threshold``
     compacts it first, as ``POST /v1/responses/compact`` would, inside the response.
 
@@ -113,12 +113,12 @@ async def compact_first(pipeline: Pipeline, turn: Turn, events: ResponseEvents, 
     span.detail["prompt_tokens"] = len(buffer)
 
 
-def accept_compaction(turn: Turn, body: Any) -> list[Item]:
+def accept_compaction(turn: ResponseRun, body: Any) -> list[Item]:
     """A compact body, onto the turn as the create the pass amounts to: the window as input,
     no tools, nothing stored.
 
     >>> from labkit.designs import SPRINT
-    >>> turn = Turn(design=SPRINT, owner="key_a")
+    >>> turn = ResponseRun(design=SPRINT, owner="key_a")
     >>> len(accept_compaction(turn, {"model": "labkit-spark", "input": "Hi"})), turn.req.tools
     (1, [])
     """

@@ -11,7 +11,7 @@ A create's ``previous_response_id`` may name any response the cache holds, on an
 create on lane ``b`` naming lane ``a``'s latest response forks the conversation onto ``b``,
 served from memory like a follow-up on ``a`` itself (only the new items are checked and
 rendered). ``serve`` is the one place that question is asked; the answer travels on the turn
-(``Turn.parent``) and every stage reads it there.
+(``ResponseRun.parent``) and every stage reads it there.
 
 A failure drops what it continued only on its own lane: a create that fails while continuing
 its lane's latest response evicts it (a retry must come from the store), while a fork that

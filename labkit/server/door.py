@@ -19,7 +19,7 @@ from labkit.profiles import Auth, Network
 from labkit.server.auth import Keys
 from labkit.server.network import ConnectionTracker
 from labkit.server.traces import Trace
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 
 
 class Connect:
@@ -81,7 +81,7 @@ class Downlink:
     def __init__(self, network: Network) -> None:
         self.network = network
 
-    async def __call__(self, turn: Turn) -> None:
+    async def __call__(self, turn: ResponseRun) -> None:
         if turn.depart():
             with turn.trace.stage(Stage.DOWNLINK):
                 await timing.sleep(self.network.one_way_s())

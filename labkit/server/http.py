@@ -25,7 +25,7 @@ from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
 from labkit.server.responder import CLIENT_TOO_SLOW, ResponseFailed, cut, failed_event, prepare, respond
 from labkit.server.traces import Trace
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 
 
 def pipeline_of(request: Request) -> Pipeline:
@@ -82,7 +82,7 @@ def address_of(request: Request) -> tuple[str, int] | None:
     return (request.client.host, request.client.port) if request.client else None
 
 
-async def open_turn(request: Request) -> tuple[Pipeline, Turn]:
+async def open_turn(request: Request) -> tuple[Pipeline, ResponseRun]:
     """What every request that runs the model opens with (a create, a compaction): the design
     it asks for, its connection (new, or kept alive), the uplink and the key check."""
     pipeline = pipeline_of(request)
@@ -91,7 +91,7 @@ async def open_turn(request: Request) -> tuple[Pipeline, Turn]:
     await pipeline.connect(trace, address_of(request))
     await pipeline.uplink(trace)
     owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
-    return pipeline, Turn(design=design, owner=owner, trace=trace)
+    return pipeline, ResponseRun(design=design, owner=owner, trace=trace)
 
 
 # Every endpoint refuses by raising an ``APIError``: the app's one handler answers with it.
@@ -124,7 +124,7 @@ async def _discard(event: Event) -> None:
 
 async def sse_stream(
     pipeline: Pipeline,
-    turn: Turn,
+    turn: ResponseRun,
     limit: int = limits.MAX_UNREAD_BYTES,
     client: tuple[str, int] | None = None,
 ) -> AsyncIterator[bytes]:

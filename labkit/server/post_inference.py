@@ -27,7 +27,7 @@ from labkit.server.offload import off_loop_if_large
 from labkit.server.render_cache import Renderings
 from labkit.server.sampling import settle
 from labkit.server.store import ResponseStore
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 
 
 def output_text(item: dict[str, Any]) -> str:
@@ -44,7 +44,7 @@ class OutputSafety:
     def __init__(self, safety: profiles.Safety) -> None:
         self.safety = safety
 
-    async def __call__(self, turn: Turn, items: Sequence[dict[str, Any]]) -> None:
+    async def __call__(self, turn: ResponseRun, items: Sequence[dict[str, Any]]) -> None:
         with turn.trace.stage(Stage.OUTPUT_SAFETY) as span:
             texts = [output_text(i) for i in items]
             sampled = sum(map(len, turn.output_ids))
@@ -64,7 +64,7 @@ class Retain:
     def __init__(self, renderings: Renderings) -> None:
         self.renderings = renderings
 
-    def __call__(self, turn: Turn) -> None:
+    def __call__(self, turn: ResponseRun) -> None:
         buffer = turn.buffer
         assert buffer is not None and turn.replica is not None
         with turn.trace.stage(Stage.RETAIN) as span:
@@ -87,7 +87,7 @@ class Storage:
     def __init__(self, store: ResponseStore) -> None:
         self.store = store
 
-    async def __call__(self, turn: Turn) -> None:
+    async def __call__(self, turn: ResponseRun) -> None:
         req = turn.req
         assert req is not None
         if not req.store:
@@ -107,7 +107,7 @@ class Storage:
             span.items = len(inputs) + len(output)
 
 
-def charge(turn: Turn, status: str) -> Charge:
+def charge(turn: ResponseRun, status: str) -> Charge:
     """The turn's ledger row (marking it billed): its prompt, cached and sampled tokens."""
     turn.billed = True
     return Charge(
@@ -128,7 +128,7 @@ class Bill:
     def __init__(self, billing: Billing) -> None:
         self.billing = billing
 
-    async def __call__(self, turn: Turn, status: str) -> None:
+    async def __call__(self, turn: ResponseRun, status: str) -> None:
         overlapped = turn.plan[Stage.BILLING].overlapped
         with turn.trace.stage(Stage.BILLING, overlapped=overlapped):
             row = charge(turn, status)
@@ -138,7 +138,7 @@ class Bill:
                 await self.billing.charge(row)
 
 
-def bill_if_abandoned(turn: Turn, billing: Billing) -> None:
+def bill_if_abandoned(turn: ResponseRun, billing: Billing) -> None:
     """A response that ended early (an error, a disconnect) still pays for its prompt."""
     if not turn.billed and turn.prompt_tokens:
         billing.charge_later(charge(turn, "cancelled"))

@@ -38,17 +38,17 @@ from labkit.server.sampling import settle
 from labkit.server.scripts import ScriptLibrary
 from labkit.server.store import ResponseStore
 from labkit.server.traces import TraceStore
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 
 # Reads what a client sent onto the turn (raising ``APIError`` if it is not valid); returns its items.
-Accept = Callable[[Turn, Any], Sequence[Item]]
+Accept = Callable[[ResponseRun, Any], Sequence[Item]]
 
 
-def accept_create(turn: Turn, body: Any) -> list[Item]:
+def accept_create(turn: ResponseRun, body: Any) -> list[Item]:
     """A create's body: the turn's request.
 
     >>> from labkit.designs import SPRINT
-    >>> turn = Turn(design=SPRINT, owner="key_a")
+    >>> turn = ResponseRun(design=SPRINT, owner="key_a")
     >>> len(accept_create(turn, {"model": "labkit-spark", "input": "Hi"})), turn.req.model
     (1, 'labkit-spark')
     """
@@ -58,26 +58,26 @@ def accept_create(turn: Turn, body: Any) -> list[Item]:
     return turn.req.items
 
 
-def validate(turn: Turn, body: Any, accept: Accept = accept_create) -> None:
+def validate(turn: ResponseRun, body: Any, accept: Accept = accept_create) -> None:
     """Check what the client sent, all of it: ``accept`` reads it onto the turn."""
     with turn.trace.stage(Stage.VALIDATION) as span:
         span.items = len(accept(turn, body))
 
 
 class Hydration:
-    """The conversation so far: the connection cache's answer (``Turn.parent``), or the store."""
+    """The conversation so far: the connection cache's answer (``ResponseRun.parent``), or the store."""
 
     def __init__(self, store: ResponseStore) -> None:
         self.store = store
 
-    async def __call__(self, turn: Turn) -> None:
+    async def __call__(self, turn: ResponseRun) -> None:
         req = turn.req
         assert req is not None
         with turn.trace.stage(Stage.HYDRATION) as span:
             prev = req.previous_response_id
             if prev is None:
                 turn.history, turn.source = [], Source.NONE
-            elif turn.parent is not None:  # the connection cache's answer (``Turn.parent``)
+            elif turn.parent is not None:  # the connection cache's answer (``ResponseRun.parent``)
                 turn.history, turn.source = turn.parent.items, Source.CONNECTION_CACHE
             else:
                 items = await self.store.conversation(turn.owner, prev)
@@ -112,7 +112,7 @@ class Hydration:
         return resolved
 
 
-def unseen_input(turn: Turn) -> list[Item]:
+def unseen_input(turn: ResponseRun) -> list[Item]:
     """What the input classifier must read: per the plan, the whole history or only the new
     items (when the connection cache vouches for the rest)."""
     if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.from_connection_cache:
@@ -126,7 +126,7 @@ class InputSafety:
     def __init__(self, safety: profiles.Safety) -> None:
         self.safety = safety
 
-    async def __call__(self, turn: Turn, items: Sequence[Item]) -> None:
+    async def __call__(self, turn: ResponseRun, items: Sequence[Item]) -> None:
         with turn.trace.stage(Stage.INPUT_SAFETY) as span:
             texts = classifier_texts(items)
             result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts)
@@ -141,7 +141,7 @@ class Render:
     def __init__(self, renderings: Renderings) -> None:
         self.renderings = renderings
 
-    async def __call__(self, turn: Turn) -> None:
+    async def __call__(self, turn: ResponseRun) -> None:
         with turn.trace.stage(Stage.RENDER) as span:
             if turn.buffer is None:
                 buffer, todo = await self.renderings.start(turn, span)
@@ -164,7 +164,7 @@ class Routing:
     def __init__(self, routing: profiles.Routing, router: Router) -> None:
         self.routing, self.router = routing, router
 
-    async def __call__(self, turn: Turn) -> None:
+    async def __call__(self, turn: ResponseRun) -> None:
         req = turn.req
         assert req is not None
         with turn.trace.stage(Stage.ROUTING) as span:
@@ -191,13 +191,13 @@ class Intermediary:
     def __init__(self, intermediary: profiles.Intermediary) -> None:
         self.intermediary = intermediary
 
-    async def __call__(self, turn: Turn) -> None:
+    async def __call__(self, turn: ResponseRun) -> None:
         if turn.plan[Stage.INTERMEDIARY].runs is not Runs.SKIPPED:
             with turn.trace.stage(Stage.INTERMEDIARY):
                 await timing.sleep(self.intermediary.hop_ms / 1000)
 
 
-def open_response(turn: Turn, scripts: ScriptLibrary, traces: TraceStore) -> None:
+def open_response(turn: ResponseRun, scripts: ScriptLibrary, traces: TraceStore) -> None:
     """The Response object this turn will stream, and the policy that decides its output."""
     assert turn.req is not None and turn.model is not None
     turn.policy = scripts.policy_for(turn.req.metadata)

@@ -1,7 +1,7 @@
 """The render cache: rendered conversations kept, so that a turn tokenizes only what is new.
 
 This module owns the render cache, and this docstring is its contract; the render and
-retain stages, ``Turn.left_behind`` and the WebSocket lanes point here.
+retain stages, ``ResponseRun.left_behind`` and the WebSocket lanes point here.
 
 **What is cached.** A rendering: a ``TokenBuffer`` (``labkit.engine.render``: a
 conversation's token ids and the prefix-cache hashes of its full blocks) and the
@@ -18,7 +18,7 @@ keep renderings:
 **Who writes.** ``Renderings`` is the one way in: ``start`` (the render stage) only
 reads, and ``keep`` (the retain stage) is the only writer of the ``RenderCache``. A
 lane's conversation is replaced only by the response that finished on it
-(``Turn.left_behind``, stored by the lane in ``labkit.server.websocket``). A turn takes
+(``ResponseRun.left_behind``, stored by the lane in ``labkit.server.websocket``). A turn takes
 from either cache a fork of the buffer (a view that copies on write) and a copy of the
 hasher, so whatever it appends, a cached rendering still shows what it showed.
 
@@ -62,7 +62,7 @@ from labkit.designs import Over
 from labkit.engine.render import PrefixHasher, TokenBuffer, encode_items, system_digest
 from labkit.server.offload import off_loop_if_large, text_chars
 from labkit.server.traces import Span
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 
 # What an entry costs (measured with tracemalloc on CPython 3.11; a test checks both): a token id
 # (or a block hash) is an int of its own (32 bytes) and its list slot (8, and about 1/8 more as a
@@ -133,7 +133,7 @@ class Renderings:
     def __init__(self, cache: RenderCache | None = None) -> None:
         self.cache = cache if cache is not None else RenderCache()
 
-    async def start(self, turn: Turn, span: Span) -> tuple[TokenBuffer, list[Item]]:
+    async def start(self, turn: ResponseRun, span: Span) -> tuple[TokenBuffer, list[Item]]:
         """The buffer a turn renders onto and the items still to render; ``span`` notes where
         the buffer came from (its ``cache`` detail).
 
@@ -160,7 +160,7 @@ class Renderings:
         span.detail["cache"] = Source.NONE
         return TokenBuffer.start(req.instructions, req.tools), turn.items
 
-    def keep(self, turn: Turn) -> int:
+    def keep(self, turn: ResponseRun) -> int:
         """A finished turn's buffer into the render cache, under the digest of everything it
         renders (when its design has one); returns how many items were hashed for that digest:
         only those the turn's hasher had not read."""

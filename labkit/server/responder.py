@@ -34,7 +34,7 @@ from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.post_inference import bill_if_abandoned
 from labkit.server.pre_inference import open_response, unseen_input
 from labkit.server.trace_stream import TraceFeed, trace_event
-from labkit.server.turn import Conversation, Turn
+from labkit.server.turn import Conversation, ResponseRun
 
 CLIENT_TOO_SLOW = "client_too_slow"  # the error code of a response cut for its slow reader
 
@@ -47,7 +47,7 @@ class ResponseFailed(Exception):
         self.error = error
 
 
-async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
+async def prepare(pipeline: Pipeline, turn: ResponseRun, body: Any) -> None:
     """Validation through the intermediary hop; raises ``APIError`` before any event is sent."""
     pipeline.validate(turn, body)
     await pipeline.hydrate(turn)
@@ -58,7 +58,7 @@ async def prepare(pipeline: Pipeline, turn: Turn, body: Any) -> None:
     open_response(turn, pipeline.scripts, pipeline.traces)
 
 
-async def respond(pipeline: Pipeline, turn: Turn, emit: Emit) -> Conversation:
+async def respond(pipeline: Pipeline, turn: ResponseRun, emit: Emit) -> Conversation:
     """Inference and post-inference for a prepared turn, streaming events through ``emit``."""
 
     async def run(events: ResponseEvents, send: Emit) -> Conversation:
@@ -73,7 +73,10 @@ async def respond(pipeline: Pipeline, turn: Turn, emit: Emit) -> Conversation:
 
 
 async def run_events(
-    pipeline: Pipeline, turn: Turn, emit: Emit, run: Callable[[ResponseEvents, Emit], Awaitable[Conversation]]
+    pipeline: Pipeline,
+    turn: ResponseRun,
+    emit: Emit,
+    run: Callable[[ResponseEvents, Emit], Awaitable[Conversation]],
 ) -> Conversation:
     """A response's events: ``response.created`` and ``response.in_progress``, then ``run``'s, and
     ``response.failed`` if it fails after them (``ResponseFailed``); a response that ended early
@@ -98,7 +101,7 @@ async def run_events(
         bill_if_abandoned(turn, pipeline.billing)
 
 
-def fail(turn: Turn, events: ResponseEvents, error: APIError) -> Event:
+def fail(turn: ResponseRun, events: ResponseEvents, error: APIError) -> Event:
     """``response.failed``: the Response, ``status: failed``, with the error that ended it."""
     turn.response["error"] = {"code": error.code or "server_error", "message": error.message}
     return events.finish("failed", usage(turn.prompt_tokens, turn.cached_tokens, turn.produced))
@@ -111,7 +114,7 @@ def failed_event(response: dict[str, Any], sequence_number: int) -> Event:
 
 
 async def infer(
-    pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit
+    pipeline: Pipeline, turn: ResponseRun, events: ResponseEvents, send: Emit
 ) -> tuple[str | None, bool]:
     """One sampling segment: a slot, the prefill, then the policy's actions decoded (unless the
     request asked for the prefill alone); returns why it stopped early (``max_output_tokens``,
@@ -130,7 +133,7 @@ async def infer(
 
 
 async def finish(
-    pipeline: Pipeline, turn: Turn, events: ResponseEvents, send: Emit, stopped: str | None
+    pipeline: Pipeline, turn: ResponseRun, events: ResponseEvents, send: Emit, stopped: str | None
 ) -> Conversation:
     """Post-inference work, the terminal event, and the conversation a follow-up can reuse."""
     status = "incomplete" if stopped else "completed"
@@ -150,7 +153,7 @@ async def finish(
     return turn.left_behind()
 
 
-def cut(pipeline: Pipeline, turn: Turn, reason: str) -> None:
+def cut(pipeline: Pipeline, turn: ResponseRun, reason: str) -> None:
     """Record a response cut because its client left too much unread (``labkit.server.outbox``).
 
     It ends ``failed`` with the error ``client_too_slow`` and is billed as abandoned; it is not
@@ -168,7 +171,7 @@ def cut(pipeline: Pipeline, turn: Turn, reason: str) -> None:
     publish(pipeline.feed, turn)
 
 
-def publish(feed: TraceFeed, turn: Turn) -> None:
+def publish(feed: TraceFeed, turn: ResponseRun) -> None:
     """The response's trace, to its key's trace subscribers (if it has any: the spans' JSON costs
     more than the rest of finishing)."""
     if feed.wants(turn.owner):

@@ -23,7 +23,7 @@ from labkit.api.stages import Stage
 from labkit.engine.policies import Action, Call, Say
 from labkit.engine.render import GENERATION_PROMPT
 from labkit.server.slots import EngineSlots
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 from labkit.text.tokenizer import decode as text_of
 from labkit.text.tokenizer import encode_text
 
@@ -39,7 +39,7 @@ class Queue:
         self.slots = slots  # per replica: the responses it serves at once, shared by keys
 
     @asynccontextmanager
-    async def __call__(self, turn: Turn) -> AsyncIterator[None]:
+    async def __call__(self, turn: ResponseRun) -> AsyncIterator[None]:
         assert turn.replica is not None
         slots = self.slots[turn.replica.name]
         with turn.trace.stage(Stage.QUEUE) as span:
@@ -51,7 +51,7 @@ class Queue:
             slots.release(turn.owner)
 
 
-async def prefill(turn: Turn) -> None:
+async def prefill(turn: ResponseRun) -> None:
     """The replica reads the prompt: the rendered conversation and the assistant's turn opener."""
     model, replica, buffer = turn.model, turn.replica, turn.buffer
     assert model is not None and replica is not None and buffer is not None
@@ -64,7 +64,9 @@ async def prefill(turn: Turn) -> None:
     turn.cached_tokens += read.cached_tokens
 
 
-async def decode(turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit) -> str | None:
+async def decode(
+    turn: ResponseRun, events: ResponseEvents, actions: Sequence[Action], emit: Emit
+) -> str | None:
     """Sample the actions' tokens, each chunk an event through ``emit``; returns why sampling
     stopped early: ``max_output_tokens``, ``steered`` (``SAFE_BOUNDARIES``), or None."""
     with turn.trace.stage(Stage.DECODE) as span:
@@ -76,7 +78,7 @@ async def decode(turn: Turn, events: ResponseEvents, actions: Sequence[Action], 
     return stopped
 
 
-def settle(turn: Turn) -> int:
+def settle(turn: ResponseRun) -> int:
     """Append the outputs sampled since the last settle to the rendered buffer (headers only), and
     make them part of the turn's items; returns how many tokens that added. Render settles them
     before an appended rollout's next input, retain before the conversation is kept."""
@@ -95,7 +97,9 @@ line break, so a long answer is redirected within a sentence of the steer. A fun
 arguments are never cut: the call completes (and the client's tool result is then awaited)."""
 
 
-async def _sample(turn: Turn, events: ResponseEvents, actions: Sequence[Action], emit: Emit) -> str | None:
+async def _sample(
+    turn: ResponseRun, events: ResponseEvents, actions: Sequence[Action], emit: Emit
+) -> str | None:
     """Every action's tokens on one decode clock; why it stopped early, if it did."""
     assert turn.req is not None and turn.replica is not None and turn.model is not None
     budget = turn.req.max_output_tokens

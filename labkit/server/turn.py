@@ -36,7 +36,7 @@ class SteerSignal(Protocol):
 
 
 @dataclass
-class Turn:
+class ResponseRun:
     """One response on its way through the pipeline."""
 
     design: Design

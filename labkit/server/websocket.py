@@ -52,7 +52,7 @@ from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
 from labkit.server.responder import ResponseFailed, cut, prepare, respond
 from labkit.server.traces import Span, Trace
-from labkit.server.turn import Turn
+from labkit.server.turn import ResponseRun
 from labkit.server.ws_writer import ConnectionWriter, close
 
 
@@ -198,7 +198,7 @@ class WebSocketSession:
 
     async def _respond(self, job: Job) -> Outcome:
         emit = functools.partial(self.emit, stream_id=job.stream_id)  # no frame of its own per event
-        turn = Turn(
+        turn = ResponseRun(
             design=self.design, owner=self.owner, parent=job.parent, pinned=self.replica, steering=job
         )
         turn.trace.spans.extend(self.setup)

@@ -21,6 +21,8 @@ from nbconvert import HTMLExporter
 
 from labkit.analysis.live import PLOTLY_MIME
 
+pytestmark = pytest.mark.slow  # a notebook in a real kernel
+
 # A sentence plotly.js holds once, in its own file and in plotly's widget bundle alike.
 PLOTLY_JS_MARK = "No DOM element with id"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"

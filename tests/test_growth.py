@@ -11,6 +11,8 @@ from labkit import lab
 from labkit.analysis.growth import Growth
 from labkit.analysis.guesses import Undecided
 
+pytestmark = pytest.mark.slow  # many rollouts
+
 
 def test_a_clear_rise_is_named_and_its_size_is_stated() -> None:
     history = [1000 * i for i in range(1, 19)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -72,9 +73,12 @@ def run_readme_block(block: str) -> None:
 
 
 def run_compare() -> None:
-    labkit_command = Path(sys.executable).parent / "labkit"
+    # The console script beside this Python: bin/labkit, or Scripts\labkit.exe on Windows.
+    labkit_command = shutil.which("labkit", path=str(Path(sys.executable).parent))
+    if labkit_command is None:
+        raise AssertionError(f"no labkit command beside {sys.executable}")
     result = subprocess.run(
-        [str(labkit_command), *COMPARE_ARGS], capture_output=True, text=True, timeout=600, check=False
+        [labkit_command, *COMPARE_ARGS], capture_output=True, text=True, timeout=600, check=False
     )
     if result.returncode != 0:
         raise AssertionError(

@@ -21,6 +21,7 @@ import time
 
 import httpx
 
+from labkit.api.event_types import OUTPUT_TEXT_DELTA, TERMINAL_EVENT
 from labkit.client.launcher import LabkitServer
 from labkit.engine.catalogue import load_catalogue
 from labkit.text.tokenizer import encode_text
@@ -43,9 +44,9 @@ def measure(base_url: str, model: str, tokens: int) -> dict[str, float]:
                 continue
             stamp = time.perf_counter()
             event = json.loads(line[len("data: ") :])
-            if event["type"] == "response.output_text.delta":
+            if event["type"] == OUTPUT_TEXT_DELTA:
                 arrivals.append((stamp, event["delta"]))
-            elif event["type"] in ("response.completed", "response.incomplete"):
+            elif event["type"] in (TERMINAL_EVENT["completed"], TERMINAL_EVENT["incomplete"]):
                 output_tokens = event["response"]["usage"]["output_tokens"]
     (first, first_delta), (last, _) = arrivals[0], arrivals[-1]
     first_tokens = len(encode_text(first_delta))

@@ -4,7 +4,7 @@
 
 Per notebook, side by side in one run: "Run All" in JupyterLab, driven in headless Chromium
 (from "Run All" to the last cell done; needs the ``playwright`` package and a Chromium, see
-``.ci/check_front_ends.py``), then ``jupyter nbconvert --execute``, ``papermill`` and
+``benchmarks/front_ends.py``), then ``jupyter nbconvert --execute``, ``papermill`` and
 ``jupyter execute`` (nbclient), each timed as the whole command and over its cells (first
 cell's start to last cell's end, as the runner recorded them: the span "Run All" is timed
 over, without the runner's start-up, kernel start and writing). No environment variable is
@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# Run as a script, this file's folder (benchmarks/) is the first place Python imports from.
+import front_ends as front
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / ".ci"))
 
 
 def runners(python: str, notebook: Path, out: Path) -> dict[str, list[str]]:
@@ -82,7 +84,6 @@ def in_jupyterlab(python: str, notebooks: list[Path], out: Path) -> dict[str, fl
     if importlib.util.find_spec("playwright") is None:
         print("(no playwright here: JupyterLab is not timed)")
         return {}
-    import check_front_ends as front
     from playwright.sync_api import sync_playwright
 
     seconds = {}
@@ -104,11 +105,9 @@ def in_jupyterlab(python: str, notebooks: list[Path], out: Path) -> dict[str, fl
 
 
 def main() -> int:
-    from check_front_ends import python_path
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path)
-    parser.add_argument("--python", type=python_path, default=str(ROOT / ".venv" / "bin" / "python"))
+    parser.add_argument("--python", type=front.python_path, default=str(ROOT / ".venv" / "bin" / "python"))
     args = parser.parse_args()
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
     out = Path(tempfile.mkdtemp(prefix="labkit-runners-"))

@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import connect
 
+from labkit.api.event_types import RESPONSE_CREATE, TERMINAL_EVENT
 from labkit.client.launcher import LabkitServer
 
 MODEL = "labkit-spark"
@@ -171,11 +172,11 @@ def _responses_at_once(server: LabkitServer) -> int:
     try:
         for ws in sockets:
             for lane in range(LANES):
-                create = {"type": "response.create", "model": MODEL, "input": "Say hi.", "store": False}
+                create = {"type": RESPONSE_CREATE, "model": MODEL, "input": "Say hi.", "store": False}
                 ws.send(json.dumps({**create, "stream_id": f"lane-{lane}"}))
         for ws in sockets:
             for _ in range(10_000):
-                if json.loads(ws.recv(timeout=60))["type"] == "response.completed":
+                if json.loads(ws.recv(timeout=60))["type"] == TERMINAL_EVENT["completed"]:
                     finished += 1
                     if finished % LANES == 0:
                         break

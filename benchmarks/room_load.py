@@ -61,6 +61,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import connect
 
+from labkit.api.event_types import ERROR, RESPONSE_CREATE, TERMINAL_EVENTS
 from labkit.api.extensions import TRACES_PATH
 from labkit.client.agent import DEFAULT_MODEL, run_rollout
 from labkit.client.launcher import LabkitServer
@@ -158,7 +159,7 @@ def never_reading_socket(
         if not head.startswith(b"HTTP/1.1 101"):
             raise ConnectionError(f"the upgrade was refused: {head.splitlines()[0]!r}")
         for lane in range(answers):
-            create = {"type": "response.create", "model": model, "input": text, "store": False}
+            create = {"type": RESPONSE_CREATE, "model": model, "input": text, "store": False}
             sock.sendall(masked_text_frame(json.dumps({**create, "stream_id": f"long-{lane}"}).encode()))
     except BaseException:
         sock.close()
@@ -410,12 +411,12 @@ def short_answer(ws: Any, model: str) -> tuple[float, str]:
     """One short answer on a connection that reads: seconds from its create to its last event,
     and its id."""
     started = time.perf_counter()
-    ws.send(json.dumps({"type": "response.create", "model": model, "input": SHORT_INPUT, "store": False}))
+    ws.send(json.dumps({"type": RESPONSE_CREATE, "model": model, "input": SHORT_INPUT, "store": False}))
     while True:
         event = json.loads(ws.recv(timeout=60))
-        if event["type"] == "error":
+        if event["type"] == ERROR:
             raise RuntimeError(f"the short answer failed: {event['error']['message']}")
-        if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+        if event["type"] in TERMINAL_EVENTS:
             return time.perf_counter() - started, event["response"]["id"]
 
 

@@ -52,13 +52,17 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 
+from labkit.api.event_types import ERROR, OUTPUT_TEXT_DELTA, RESPONSE_CREATE, TERMINAL_EVENT
 from labkit.client.launcher import LabkitServer
 from labkit.client.room import DEFAULT_KEY
 from labkit.engine.catalogue import load_catalogue
 from labkit.text.tokenizer import encode_text
 
-DELTA_PREFIX = '{"type":"response.output_text.delta"'
-TERMINAL_PREFIXES = ('{"type":"response.completed"', '{"type":"response.incomplete"')
+# Frames are told apart by how they begin (the server writes "type" first, compactly), so the
+# deltas that make up nearly every frame are not parsed.
+DELTA_PREFIX = f'{{"type":"{OUTPUT_TEXT_DELTA}"'
+TERMINAL_PREFIXES = tuple(f'{{"type":"{TERMINAL_EVENT[status]}"' for status in ("completed", "incomplete"))
+ERROR_PREFIX = f'{{"type":"{ERROR}"'
 HEADERS = {"Authorization": f"Bearer {DEFAULT_KEY}"}
 PACE_TOLERANCE = 0.05  # the target: every stream within 5% of the configured rate
 
@@ -190,7 +194,7 @@ async def labkit_stream(ws: ClientConnection, model: str, tokens: int, start: as
     """One ``response.create`` on an open socket; timestamps every delta until the terminal event."""
     create = json.dumps(
         {
-            "type": "response.create",
+            "type": RESPONSE_CREATE,
             "model": model,
             "input": f"Write {tokens} tokens.",
             "max_output_tokens": tokens,
@@ -211,7 +215,7 @@ async def labkit_stream(ws: ClientConnection, model: str, tokens: int, start: as
         elif message.startswith(TERMINAL_PREFIXES):
             seen.output_tokens = json.loads(message)["response"]["usage"]["output_tokens"]
             return seen
-        elif message.startswith('{"type":"error"'):
+        elif message.startswith(ERROR_PREFIX):
             raise RuntimeError(message[:300])
     raise RuntimeError("the server closed the stream before its terminal event")
 
@@ -230,7 +234,10 @@ async def run_streams(url: str, count: int, model: str, tokens: int, deadline_s:
 
 # ---------------------------------------------------------------- the ceiling: a bare websockets server
 
-FRAME_HEAD = '{"type":"response.output_text.delta","item_id":"msg_0123456789abcdef0123456789abcd","output_index":0,"content_index":0,"delta":"'  # noqa: E501
+FRAME_HEAD = (
+    DELTA_PREFIX
+    + ',"item_id":"msg_0123456789abcdef0123456789abcd","output_index":0,"content_index":0,"delta":"'
+)
 FRAME_TAIL = '","logprobs":[],"sequence_number":'
 PROSE = (
     "The service's cost per turn stopped growing with the conversation once the socket kept "

@@ -34,6 +34,8 @@ from labkit.paths import default_data_dir
 from labkit.scenarios import FETCH_TOOL, synthetic
 from labkit.text.passage import text_of_tokens
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 MODEL = "labkit-spark"
 TURNS = 3  # two pauses, then the final answer
 SCENARIO = f"synthetic:turns={TURNS},output_tokens=20,tool_tokens=50,instruction_tokens=100"

@@ -25,6 +25,8 @@ from labkit.client.launcher import LabkitServer
 from labkit.paths import builtin_data_dir
 from labkit.profiles import SECTIONS, load_profile
 
+pytestmark = pytest.mark.slow  # fits and rollouts
+
 CHECKED_IN = builtin_data_dir() / "profiles" / "article-fit.toml"
 # Shape.of draws fresh call ids, whose token counts vary by a few per turn between runs: the
 # fitted delays move by up to 0.05 ms (the round trip most; shares by less). A machine whose SDK

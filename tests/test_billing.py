@@ -25,6 +25,8 @@ from labkit.client.launcher import LabkitServer
 from labkit.server.billing import OVERLAPPED_CONCURRENCY, Billing, Charge, Ledger
 from labkit.server.database import Database
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 MODEL = "labkit-spark"
 
 

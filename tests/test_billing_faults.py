@@ -28,6 +28,8 @@ from labkit.client.launcher import LabkitServer
 from labkit.server.billing import OVERLAPPED_CONCURRENCY, Billing, Charge, Ledger
 from labkit.server.database import Database
 
+pytestmark = pytest.mark.slow  # faults: servers killed and restarted
+
 MODEL = "labkit-spark"
 CONNECTIONS, LANES = 6, 16  # 96 responses finishing together, their charges past 32 workers
 FULL_DISK = 1  # bytes: RLIMIT_FSIZE past which a write fails (EFBIG), as on a full disk

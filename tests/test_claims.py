@@ -4,9 +4,12 @@ back from an executed notebook by ``benchmarks/lesson_claims.py``."""
 from __future__ import annotations
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from labkit.analysis import claims
+
+pytestmark = pytest.mark.slow  # notebooks in real kernels
 
 
 def test_a_claim_is_a_sentence_and_a_verdict_in_one_output() -> None:

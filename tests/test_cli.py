@@ -18,6 +18,8 @@ from labkit.designs import DESIGNS
 from labkit.paths import default_data_dir
 from labkit.profiles import known_profiles
 
+pytestmark = pytest.mark.slow  # the command line in subprocesses
+
 TIMEOUT_S = 30
 
 

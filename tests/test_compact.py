@@ -21,6 +21,8 @@ from openai import OpenAI
 
 from labkit.client.launcher import LabkitServer
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 MODEL = "labkit-spark"
 OTHER_KEY = "sk-labkit-someone-else"
 TOOL_OUTPUT = "def handler(request):\n    return respond(request)\n" * 60  # about 600 tokens

@@ -32,6 +32,8 @@ from test_cli import labkit, one_line_error
 
 from labkit.client.launcher import LabkitServer
 
+pytestmark = pytest.mark.slow  # faults: servers killed and restarted
+
 MODEL = "labkit-spark"
 HOLD_AT_MOST_S = 30  # the lock holder lets go by itself after this, whatever the test does
 HOLDER = """

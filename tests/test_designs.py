@@ -38,6 +38,8 @@ from labkit.designs import (
     compose,
 )
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 MODEL = "labkit-spark"
 SPRINT_PARTS = "naive+render_cache+model_config_cache+no_intermediary+fast_classifiers"
 SCENARIO = "synthetic:turns=3,output_tokens=10,tool_tokens=50,instruction_tokens=50"

@@ -15,6 +15,8 @@ import pytest
 
 from labkit.cli import doctor, main
 
+pytestmark = pytest.mark.slow  # the command line in subprocesses
+
 CHECK_NAMES = ["python", "install", "tokenizer", "notebooks", "port", "timer", "cpu", "smoke"]
 
 

@@ -5,7 +5,7 @@ A small notebook made here runs in a real kernel under nbclient (what ``jupyter 
 --execute``, papermill and ``jupyter execute`` run) and is exported with nbconvert's lab
 template, as the README's "Executed copies" does. Its live plots are shown before the kernel
 has learnt that nothing draws widgets, as a notebook's first plots are. The notebooks' own
-exports are checked, in a browser with the network refused, by ``.ci/check_exports.py``.
+exports are checked, in a browser with the network refused, by ``benchmarks/executed_copies.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
 from labkit.analysis.live import PLOTLY_MIME
+
+pytestmark = pytest.mark.slow  # a notebook in a real kernel
 
 # A sentence plotly.js holds once, in its own file and in plotly's widget bundle alike.
 PLOTLY_JS_MARK = "No DOM element with id"

@@ -149,12 +149,50 @@ def actionlint() -> str | None:
     return str(beside) if beside.exists() else shutil.which("actionlint")
 
 
-def test_the_workflow_runs_the_readme_test_command() -> None:
+CI_RUN = REPO / ".ci" / "run"
+
+
+def ci_steps() -> list[str]:
+    """The scripts .ci/run runs, in order: its lines that are a .ci script and nothing else."""
+    return re.findall(r"^(\.ci/[\w-]+)$", CI_RUN.read_text(), re.M)
+
+
+def workflow_runs() -> dict[str, list[str]]:
+    """Each job of the workflow, and the commands its steps run."""
+    jobs = WORKFLOW.read_text().split("\njobs:\n", 1)[1]
+    parts = re.split(r"^  ([\w-]+):\s*$", jobs, flags=re.M)[1:]
+    return {
+        name: [run.strip() for run in re.findall(r"^\s+run: (.+)$", body, re.M)]
+        for name, body in zip(parts[::2], parts[1::2], strict=True)
+    }
+
+
+def test_the_workflow_runs_the_scripts_ci_runs_and_nothing_else() -> None:
+    steps, runs = ci_steps(), workflow_runs()
+    assert steps, ".ci/run names no step"
+    assert sorted(command for commands in runs.values() for command in commands) == sorted(steps)
+
+
+def test_every_system_of_the_matrix_runs_the_tests_and_every_notebook() -> None:
+    assert workflow_runs()["tests"] == [".ci/check-tests", ".ci/check-main-env"]
     workflow = WORKFLOW.read_text()
-    assert 'pip install -e ".[test]"' in workflow and "python -m pytest" in workflow
     for runner in ("ubuntu-latest", "macos-latest", "windows-latest"):
         assert runner in workflow
-    assert ".ci/check-floors" in workflow and "ruff check" in workflow
+    assert "shell: bash" in workflow  # the scripts are bash, Git Bash on Windows
+
+
+def test_check_tests_is_the_readme_test_command_with_lint() -> None:
+    script = (REPO / ".ci" / "check-tests").read_text()
+    assert '-m venv .venv' in script and 'pip install --quiet -e ".[test]"' in script
+    assert '"$bin/python" -m pytest' in script
+    assert '"$bin/ruff" check .' in script and '"$bin/lint-imports"' in script
+
+
+def test_check_floors_runs_what_is_not_marked_slow() -> None:
+    with PYPROJECT.open("rb") as f:
+        markers = tomllib.load(f)["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(marker.startswith("slow:") for marker in markers)
+    assert '-m "not slow"' in CHECK_FLOORS.read_text()
 
 
 @pytest.mark.skipif(actionlint() is None, reason="no actionlint binary beside this Python or on PATH")

@@ -12,6 +12,8 @@ from labkit.analysis.growth import Growth, history_tokens
 from labkit.analysis.guesses import Undecided
 from labkit.analysis.metrics import turns
 
+pytestmark = pytest.mark.slow  # many rollouts
+
 
 def test_a_clear_rise_is_named_and_its_size_is_stated() -> None:
     history = [1000 * i for i in range(1, 19)]

@@ -27,6 +27,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from labkit.client.launcher import LabkitServer
 
+pytestmark = pytest.mark.slow  # fuzzing
+
 EXAMPLES = 120  # per path; each is one request against a local-profile server
 FUZZ = settings(
     max_examples=EXAMPLES,

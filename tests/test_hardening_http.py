@@ -29,6 +29,8 @@ from conftest import (
 
 from labkit.client.launcher import LabkitServer
 
+pytestmark = pytest.mark.slow  # hardening
+
 MODEL = "labkit-spark"
 
 

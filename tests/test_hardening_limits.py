@@ -32,6 +32,8 @@ from labkit.server.scripts import ScriptLibrary
 from labkit.server.traces import Trace, TraceStore
 from labkit.text.tokenizer import encode_text
 
+pytestmark = pytest.mark.slow  # hardening
+
 # ---------------------------------------------------------------- caches: filled past their caps
 
 

@@ -41,6 +41,8 @@ from websockets.sync.client import ClientConnection, connect
 from labkit.client.launcher import LabkitServer
 from labkit.scenarios import FETCH_TOOL
 
+pytestmark = pytest.mark.slow  # hardening
+
 MODEL = "labkit-spark"
 SCENARIO = "synthetic:turns=2,output_tokens=20,tool_tokens=50,instruction_tokens=100"
 ASK = {"role": "user", "content": "Go on."}

@@ -30,6 +30,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from labkit.client.launcher import LabkitServer
 
+pytestmark = pytest.mark.slow  # hardening
+
 MODEL = "labkit-spark"
 SLOW = "labkit-classic"  # 65 tokens/s: a response that is surely still running a moment later
 

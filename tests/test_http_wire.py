@@ -26,6 +26,8 @@ from conftest import ERROR_KEYS, root_of
 from labkit.client.launcher import LabkitServer
 from labkit.limits import MAX_BODY_CHUNKS
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 HEAD_TIMEOUT_S = 1.0  # labkit serve --head-timeout, short: each case waits for it once
 HANG_BOUND_S = 20.0  # how long a socket read waits before the test calls it a hang
 HALF_HEAD = b"POST /v1/responses HTTP/1.1\r\nHost: labkit\r\n"  # a request line and one header

@@ -39,6 +39,8 @@ from labkit.scenarios import FETCH_TOOL, Scenario, synthetic
 from labkit.server.app import ServerConfig, create_app
 from labkit.text.passage import text_of_tokens
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 MODEL = "labkit-spark"
 TURNS = 3  # two calls, each waited for, then the final answer
 SCENARIO = f"synthetic:turns={TURNS},output_tokens=20,tool_tokens=50,instruction_tokens=100"

@@ -23,6 +23,8 @@ import pytest
 
 from labkit.client.launcher import LabkitServer
 
+pytestmark = pytest.mark.slow  # real kernels started and killed
+
 ARGS = ["--profile", "local"]  # the quickest start
 # A notebook's first cell: start a server, say where it is (labkit.lab's LabkitServer, without
 # the seconds labkit.lab's plotting imports take).

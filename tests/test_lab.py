@@ -14,6 +14,8 @@ from labkit import lab
 from labkit.api.stages import Stage
 from labkit.designs import DESIGNS
 
+pytestmark = pytest.mark.slow  # a fresh interpreter per check
+
 SCENARIO = "synthetic:turns=5,output_tokens=20,tool_tokens=300,instruction_tokens=200"
 
 

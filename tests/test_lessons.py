@@ -16,6 +16,8 @@ from labkit import lab
 from labkit.analysis import glossary, tables
 from labkit.api.stages import ClientStep, Stage
 
+pytestmark = pytest.mark.slow  # notebooks in real kernels
+
 SCENARIO = "synthetic:turns=4,output_tokens=20,tool_tokens=300,instruction_tokens=200"
 
 

@@ -61,6 +61,8 @@ from labkit.server.network import (
     transport_of,
 )
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 MODEL = "labkit-spark"
 
 # ---------------------------------------------------------------- the tracker, in process

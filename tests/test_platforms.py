@@ -23,6 +23,8 @@ from labkit.client.runner import SandboxWarning, sandbox_gaps
 from labkit.client.sandbox import Sandbox
 from labkit.client.tools import run_tests, run_tool
 
+pytestmark = pytest.mark.slow  # the command line and sandbox in subprocesses
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -28,6 +28,8 @@ from labkit.engine.policies import (
 from labkit.text.passage import PASSAGE, leading_sentences, text_of_tokens
 from labkit.text.tokenizer import encode_text
 
+pytestmark = pytest.mark.slow  # property searches
+
 Item = dict[str, Any]
 
 # ---------------------------------------------------------------- example_value

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from labkit.engine.prefix_cache import CacheStats, CacheWork, PrefixCache
 
+pytestmark = pytest.mark.slow  # property searches
+
 
 def seq(start: int, length: int) -> list[int]:
     return list(range(start, start + length))

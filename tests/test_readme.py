@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from labkit.client.launcher import LabkitServer
+
+pytestmark = pytest.mark.slow  # the README's examples run
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

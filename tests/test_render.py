@@ -26,6 +26,8 @@ from labkit.engine.render import (
 )
 from labkit.text.tokenizer import IM_START, SPECIAL_TOKENS, encode_text
 
+pytestmark = pytest.mark.slow  # property searches
+
 Item = dict[str, Any]
 
 # ---------------------------------------------------------------- strategies

@@ -26,6 +26,8 @@ from labkit.scenarios import transcript as transcript_module
 from labkit.scenarios.recording import ReplayError
 from labkit.scenarios.replay import PADDING_TOOL, Replay, load_replay, prompt_tokens
 
+pytestmark = pytest.mark.slow  # many rollouts
+
 REPLAYS = builtin_data_dir() / "replays"
 CODEX_FILES = ["codex-websocket.jsonl", "codex-http.jsonl"]
 TRANSCRIPT = "transcript-http.json"

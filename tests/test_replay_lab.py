@@ -18,7 +18,7 @@ from labkit.scenarios.replay import load_replay
 CPU = CpuCosts()
 
 # The lab's live figures are widgets, as where a front end draws them.
-pytestmark = pytest.mark.usefixtures("front_end_draws_widgets")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("front_end_draws_widgets")]  # many rollouts
 
 
 def parallel_calls(path: Path) -> Path:

@@ -12,6 +12,8 @@ import os
 import pytest
 from conftest import room_load
 
+pytestmark = pytest.mark.slow  # a room's load
+
 SCENARIO = "synthetic:turns=4,output_tokens=20,tool_tokens=300,instruction_tokens=1000"
 CONNECTIONS = 16
 

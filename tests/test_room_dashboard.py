@@ -37,6 +37,8 @@ from labkit.client.room import NAME_ENV
 from labkit.client.trace_watch import TraceWatcher
 from labkit.scenarios import synthetic
 
+pytestmark = pytest.mark.slow  # a room's load
+
 MODEL = "labkit-spark"
 TEACHER = "sk-room-teacher"
 ADA, BO = "sk-room-ada", "sk-room-bo"

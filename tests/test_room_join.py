@@ -18,6 +18,8 @@ from nbclient import NotebookClient
 from labkit import lab
 from labkit.client import room
 
+pytestmark = pytest.mark.slow  # a room's load
+
 KEYS = ("sk-room-ada", "sk-room-bo")
 SCENARIO = "synthetic:turns=3,output_tokens=20,tool_tokens=200,instruction_tokens=200"
 

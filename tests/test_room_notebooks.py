@@ -19,12 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 from openai import OpenAI
 
 from labkit.analysis.room import label_of
 from labkit.client import room
 from labkit.client.launcher import LabkitServer
+
+pytestmark = pytest.mark.slow  # notebooks in real kernels
 
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
 LEARNERS = {

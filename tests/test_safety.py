@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.engine.safety import PATTERNS, flagged, scan
+
+pytestmark = pytest.mark.slow  # property searches
 
 # Pieces of the texts each pattern looks for, their near misses, and what sits around them.
 FRAGMENTS = [

@@ -26,6 +26,8 @@ from labkit.client.launcher import LabkitServer
 from labkit.server.shutdown import ShutdownNotice
 from labkit.server.trace_stream import TraceFeed, _events
 
+pytestmark = pytest.mark.slow  # servers stopped mid-stream
+
 KEY = "sk-labkit-shutdown"
 MODEL = "labkit-spark"
 HANG_BOUND_S = 8.0  # a bound on hanging, not a timing: a healthy shutdown takes well under a second

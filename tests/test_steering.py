@@ -33,6 +33,8 @@ from labkit.limits import MAX_PENDING_STEERS
 from labkit.server.app import ServerConfig, create_app
 from labkit.server.connection_cache import ConnectionCache
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 MODEL = "labkit-spark"
 SLOW = "labkit-classic"  # 65 tokens/s: a long answer is surely still running when the steer lands
 LONG = "Write a long essay about caching."

@@ -25,6 +25,8 @@ from labkit.server import timer
 from labkit.server.billing import Billing, Charge
 from labkit.server.datadir import data_home, default_db
 
+pytestmark = pytest.mark.slow  # timing precision on a coarse timer
+
 TICK_S = 0.0156  # Windows' default system timer period
 
 

@@ -23,6 +23,8 @@ from labkit.api.errors import APIError
 from labkit.api.tool_schema import JSON_TYPES, RULES, check_schema
 from labkit.engine.arguments import example_value
 
+pytestmark = pytest.mark.slow  # property searches
+
 PARAM = "tools[0].parameters"
 DRAFTS = (jsonschema.Draft202012Validator, jsonschema.Draft7Validator, jsonschema.Draft4Validator)
 

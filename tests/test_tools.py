@@ -39,6 +39,8 @@ from labkit.engine.policies import Call, Say, ScriptedPolicy
 from labkit.paths import default_data_dir
 from labkit.text.tokenizer import encode_text
 
+pytestmark = pytest.mark.slow  # the tool sandbox's test runs and time limits
+
 DATA_DIR = default_data_dir()
 SCENARIO_FILE = DATA_DIR / "scenarios" / "fix-failing-test.json"
 SCENARIO: dict[str, Any] = json.loads(SCENARIO_FILE.read_text())

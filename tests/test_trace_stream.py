@@ -17,6 +17,8 @@ from websockets.sync.client import connect
 from labkit.client.launcher import LabkitServer
 from labkit.client.trace_watch import TraceWatcher
 
+pytestmark = pytest.mark.slow  # servers of its own
+
 MODEL = "labkit-spark"
 TEACHER = "sk-teacher"
 

@@ -19,7 +19,7 @@ CPU = CpuCosts()
 SMALL = whatif.Settings(turns=3, tool_tokens=150, instruction_tokens=300, rtt_ms=4, auth_ms=1, billing_ms=1)
 
 # The lab's live figures are widgets, as where a front end draws them.
-pytestmark = pytest.mark.usefixtures("front_end_draws_widgets")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("front_end_draws_widgets")]  # many rollouts
 
 
 def test_presets_are_the_articles_speeds() -> None:

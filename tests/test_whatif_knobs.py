@@ -24,7 +24,7 @@ CPU = CpuCosts()
 POINT = whatif.Settings(turns=6, tool_tokens=400, instruction_tokens=1000)
 
 # The lab's live figures are widgets, as where a front end draws them.
-pytestmark = pytest.mark.usefixtures("front_end_draws_widgets")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("front_end_draws_widgets")]  # many rollouts
 
 
 def stage_seconds(settings: whatif.Settings, design: str, stage: str, cpu: CpuCosts = CPU) -> float:

@@ -29,9 +29,12 @@ from labkit.client.agent import run_rollout
 from labkit.client.launcher import LabkitServer
 from labkit.scenarios import synthetic
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/net/tcp").exists() or not hasattr(os, "fork"), reason="needs Linux's /proc and fork"
-)
+pytestmark = [
+    pytest.mark.slow,  # several worker processes
+    pytest.mark.skipif(
+        not Path("/proc/net/tcp").exists() or not hasattr(os, "fork"), reason="needs Linux's /proc and fork"
+    ),
+]
 
 KEY = "sk-labkit-workers"
 HEADERS = {"content-type": "application/json", "authorization": f"Bearer {KEY}"}

@@ -28,10 +28,13 @@ from labkit.client.launcher import LabkitServer
 from labkit.server.database import Database
 from labkit.server.shared_traces import SharedFeed, SharedTraces
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/net/tcp").exists() or not hasattr(__import__("os"), "fork"),
-    reason="needs Linux's /proc and fork",
-)
+pytestmark = [
+    pytest.mark.slow,  # several worker processes
+    pytest.mark.skipif(
+        not Path("/proc/net/tcp").exists() or not hasattr(__import__("os"), "fork"),
+        reason="needs Linux's /proc and fork",
+    ),
+]
 
 MODEL = "labkit-spark"
 TEACHER = "sk-room-teacher"

@@ -1,17 +1,13 @@
-"""Every figure draws in the front ends a room uses, checked in a real headless Chromium.
+"""Every notebook runs and draws its figures in the front ends a room uses, checked in a real
+headless Chromium: Notebook 7's own UI (``jupyter notebook``) or JupyterLab opens the notebook,
+runs all cells, and the page is read: cells run, error outputs, plotly figures drawn, with
+screenshots; ``seconds`` is the run, from "Run All" to the last cell done.
 
-Two checks, each per notebook:
+    python benchmarks/front_ends.py [--python .venv/bin/python] [--front-end notebook7|lab|all]
+                                    [--out DIR] [NOTEBOOK ...]
 
-- ``notebook7`` and ``lab``: Notebook 7's own UI (``jupyter notebook``), or
-  JupyterLab, opens the notebook, runs all cells, and the page is read: cells
-  run, error outputs, plotly figures drawn, with screenshots; ``seconds`` is
-  the run, from "Run All" to the last cell done.
-- ``html``: the notebook is executed headless and exported to HTML, the HTML is
-  opened from disk with every network request refused, and every figure and
-  diagram in it must be drawn (``.ci/check_exports.py``, which also bounds the
-  file's size and its copies of plotly.js).
-
-    python .ci/check_front_ends.py --python .venv/bin/python [--check notebook7|lab|html] [NOTEBOOK ...]
+``benchmarks/headless_runners.py`` times JupyterLab with this module's driver, and
+``benchmarks/executed_copies.py`` (the executed HTML copies, offline) borrows its browser.
 
 This script needs only ``playwright`` (the Python package; its browser download is
 never used: it drives the system Chromium, ``$CHROMIUM`` or /usr/bin/chromium).
@@ -105,7 +101,7 @@ def free_port() -> int:
 def chromium() -> str:
     path = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     if not Path(path).exists():
-        sys.exit("check_front_ends: no Chromium found; install Debian's chromium or set CHROMIUM")
+        sys.exit("front_ends: no Chromium found; install Debian's chromium or set CHROMIUM")
     return path
 
 
@@ -148,7 +144,7 @@ def start_front_end(python: str, kind: str, port: int, log: Path) -> subprocess.
         except OSError:
             time.sleep(0.5)
     process.terminate()
-    sys.exit(f"check_front_ends: jupyter {app} did not start; see {log}")
+    sys.exit(f"front_ends: jupyter {app} did not start; see {log}")
 
 
 try:
@@ -193,39 +189,30 @@ def _has_no_figures(notebook: Path) -> bool:
     return "LivePlot" not in source and "lab.show(" not in source and "WhatIfLab" not in source
 
 
-def check_html(browser, python: str, notebook: Path, out: Path, limit: float) -> dict:
-    """The executed HTML copy, opened offline: ``.ci/check_exports.py`` (size, copies of
-    plotly.js, figures and diagrams drawn with the network refused)."""
-    import check_exports
-
-    return check_exports.check(browser, python, notebook, out, limit)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--python", type=python_path, default=str(ROOT / ".venv" / "bin" / "python"))
-    parser.add_argument("--check", choices=["notebook7", "lab", "html", "all"], default="all")
+    parser.add_argument("--front-end", choices=[*FRONT_ENDS, "all"], default="all")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "labkit-front-ends")
     parser.add_argument("--limit", type=float, default=180.0, help="seconds one notebook may take")
     args = parser.parse_args()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        print("check_front_ends: needs the playwright package (pip install playwright)", file=sys.stderr)
+        print("front_ends: needs the playwright package (pip install playwright)", file=sys.stderr)
         return 2
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    missing = [str(p) for p in notebooks if not p.is_file()]
+    if missing:
+        print(f"front_ends: no such notebook: {', '.join(missing)}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
-        if args.check in ("html", "all"):
-            for notebook in notebooks:
-                report = check_html(browser, args.python, notebook, args.out, args.limit)
-                failed += not report["ok"]
-                print(f"[html] {notebook.name}: {json.dumps(report)}", flush=True)
         for kind in FRONT_ENDS:
-            if args.check not in (kind, "all"):
+            if args.front_end not in (kind, "all"):
                 continue
             port = free_port()
             server = start_front_end(args.python, kind, port, args.out / f"{kind}.log")

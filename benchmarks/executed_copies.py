@@ -1,8 +1,8 @@
 """Each notebook's executed HTML copy is whole offline: its size, its copies of plotly.js, and
 every figure and diagram drawn in Chromium with the network refused.
 
-    python .ci/check_exports.py [--python .venv/bin/python] [--runner nbconvert|papermill|nbclient]
-                                [--out DIR] [NOTEBOOK ...]
+    python benchmarks/executed_copies.py [--python .venv/bin/python]
+                                         [--runner nbconvert|papermill|nbclient] [--out DIR] [NOTEBOOK ...]
 
 Per notebook, as the README's "Executed copies" says and with no environment variable: the
 notebook is executed by a headless runner (by default ``jupyter nbconvert --to notebook
@@ -41,12 +41,11 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+# Run as a script, this file's folder (benchmarks/) is the first place Python imports from.
+from front_ends import CHROMIUM_ARGS, chromium, python_path
+from headless_runners import runners
 
-from check_front_ends import CHROMIUM_ARGS, chromium, python_path  # noqa: E402
-from headless_runners import runners  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 LIMIT_MB = 8.0
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
@@ -203,12 +202,12 @@ def main() -> int:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        print("check_exports: needs the playwright package (pip install playwright)", file=sys.stderr)
+        print("executed_copies: needs the playwright package (pip install playwright)", file=sys.stderr)
         return 2
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
     missing = [str(p) for p in notebooks if not p.is_file()]
     if missing:
-        print(f"check_exports: no such notebook: {', '.join(missing)}", file=sys.stderr)
+        print(f"executed_copies: no such notebook: {', '.join(missing)}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     reports = []

@@ -33,12 +33,22 @@ class RawSocket(Protocol):
 
 
 class ResponseFailed(RuntimeError):
-    """The response ended in an error or without completing; the message is the server's."""
+    """The response ended in an error or without completing; the message is the server's.
+
+        try:
+            response = completed(connection)
+        except ResponseFailed as failure:
+            print(failure)   # previous_response_not_found: ...
+    """
 
 
 def completed(connection: Connection) -> Any:
     """The response, once ``response.completed`` arrives; an ``error``, or a response that ends
-    any other way (failed, incomplete, cancelled), raises ``ResponseFailed``."""
+    any other way (failed, incomplete, cancelled), raises ``ResponseFailed``.
+
+        connection.response.create(model="labkit-spark", input="Hello", store=False)
+        response = completed(connection)
+    """
     for event in connection:
         if event.type == RESPONSE_COMPLETED:
             return event.response
@@ -51,7 +61,11 @@ def completed(connection: Connection) -> Any:
 
 def until_paused(ws: RawSocket) -> tuple[dict[str, Any], list[str], int]:
     """Read the prototype's wire until the response pauses (``response.done``), completes, or
-    errs: that last event, the types seen in order (text deltas left out) and how many deltas."""
+    errs: that last event, the types seen in order (text deltas left out) and how many deltas.
+
+        pause, kinds, deltas = until_paused(ws)
+        pause["pending_calls"]   # what the response waits for
+    """
     kinds: list[str] = []
     deltas = 0
     while True:

@@ -42,8 +42,8 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"displaylogo": False}
 PENDING = "(the figure follows when the work is done)"  # the output until the figure, live or static
 # How long ``shown`` waits for a browser to draw a plot: a fresh page loads plotly first, which
-# takes seconds, and more on a busy 2-core laptop.
-DRAW_TIMEOUT_S = 60.0
+# takes seconds; the first plots of a notebook on a busy machine may ask for longer.
+DRAW_TIMEOUT_S = 15.0
 _plotlyjs_embedded = False  # the first static figure of a kernel carries plotly.js for its page
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 # Run as a script, this file's folder (benchmarks/) is the first place Python imports from.
-from front_ends import CHROMIUM_ARGS, chromium, python_path
+from front_ends import CHROMIUM_ARGS, chromium, notebooks_to_check, python_path
 from headless_runners import runners
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,10 +204,8 @@ def main() -> int:
     except ImportError:
         print("executed_copies: needs the playwright package (pip install playwright)", file=sys.stderr)
         return 2
-    notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
-    missing = [str(p) for p in notebooks if not p.is_file()]
-    if missing:
-        print(f"executed_copies: no such notebook: {', '.join(missing)}", file=sys.stderr)
+    notebooks = notebooks_to_check(args.notebooks, "executed_copies")
+    if notebooks is None:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     reports = []

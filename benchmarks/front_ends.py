@@ -118,6 +118,17 @@ def python_path(given: str) -> str:
     return str(Path(given).absolute()) if os.sep in given or "/" in given else given
 
 
+def notebooks_to_check(given: list[Path], program: str) -> list[Path] | None:
+    """The notebooks named, or every one in notebooks/; None (after one line on stderr) when a
+    named one does not exist."""
+    notebooks = [p.resolve() for p in given] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    missing = [str(p) for p in notebooks if not p.is_file()]
+    if missing:
+        print(f"{program}: no such notebook: {', '.join(missing)}", file=sys.stderr)
+        return None
+    return notebooks
+
+
 def start_front_end(python: str, kind: str, port: int, log: Path) -> subprocess.Popen:
     """``jupyter notebook`` or ``jupyter lab`` on loopback, no token, serving notebooks/."""
     app, expose, _ = FRONT_ENDS[kind]
@@ -202,10 +213,8 @@ def main() -> int:
     except ImportError:
         print("front_ends: needs the playwright package (pip install playwright)", file=sys.stderr)
         return 2
-    notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
-    missing = [str(p) for p in notebooks if not p.is_file()]
-    if missing:
-        print(f"front_ends: no such notebook: {', '.join(missing)}", file=sys.stderr)
+    notebooks = notebooks_to_check(args.notebooks, "front_ends")
+    if notebooks is None:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0

@@ -20,11 +20,11 @@ from labkit.engine.catalogue import load_catalogue
 from labkit.paths import default_data_dir
 from labkit.profiles import load_profile
 from labkit.server.billing import Ledger
-from labkit.server.connection import (
+from labkit.server.connection import Connection
+from labkit.server.connection_jobs import (
     Action,
     Append,
     Arrive,
-    Connection,
     Failed,
     Finished,
     Job,

@@ -12,6 +12,9 @@ finished) and returns what to do about it, as actions:
   input) to the appended rollout ``job`` is running;
 - ``Arrive(payload)``: a steer on its way; once it has crossed the network, give it to ``steer``.
 
+Those actions, the jobs they carry and the outcomes it is fed are plain data, in
+``labkit.server.connection_jobs``.
+
 It never awaits, never touches a socket, and holds no clock: ``labkit.server.websocket`` is the
 asyncio loop around it, which runs each ``Start`` through the pipeline and reports back with
 ``created`` and ``finished``. So every rule here is tested by feeding it events
@@ -45,8 +48,6 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from labkit.api import inject, safejson, steering
@@ -58,6 +59,20 @@ from labkit.api.requests import parse_item
 from labkit.designs import Design
 from labkit.limits import MAX_IN_FLIGHT, MAX_LANES, MAX_PENDING_STEERS, MAX_QUEUED_BYTES, MAX_QUEUED_CREATES
 from labkit.server.connection_cache import ConnectionCache, Lane
+from labkit.server.connection_jobs import (
+    Action,
+    Append,
+    Arrive,
+    Ended,
+    EndedResponse,
+    Finished,
+    Job,
+    LaneState,
+    Outcome,
+    Send,
+    Start,
+    Steer,
+)
 from labkit.server.lanes import check_stream_id
 from labkit.server.turn import Conversation
 
@@ -73,120 +88,6 @@ NOT_STEERABLE = {
     "continues from it. Use a design with the connection cache (websocket).",
     "compaction": "A response with context_management compaction cannot be steered.",
 }
-
-
-# ---------------------------------------------------------------- what the connection holds
-
-
-@dataclass
-class Steer:
-    """One accepted ``response.steer``: its id, its target, its input (as items and as sent)."""
-
-    id: str
-    target: str
-    items: list[Item]
-    raw: Any
-
-
-@dataclass(eq=False)
-class Job:
-    """One create on its way: queued, then running on its lane, then finished."""
-
-    lane: Lane
-    body: dict[str, Any]
-    size: int  # its frame's bytes, counted against ``max_queued_bytes`` until it starts
-    behind: bool  # it waited behind another create on its lane (counted against ``max_queued``)
-    parent: Conversation | None = None  # the connection cache's answer, given when it starts
-    committing: list[Steer] = field(default_factory=list)  # steering input this create commits
-    automatic: bool = False  # a steered response's successor, created by the server
-    response_id: str | None = None  # once created
-    steers: list[Steer] = field(default_factory=list)  # accepted for this response while it runs
-    not_steerable: str | None = None  # why it cannot be steered (a key of NOT_STEERABLE), if so
-    # Input handed to it (response.append or response.inject, as sent) and not yet taken.
-    inputs: deque[list[Any]] = field(default_factory=deque)
-
-    @property
-    def stream_id(self) -> str | None:
-        return self.lane
-
-    @property
-    def steer_requested(self) -> bool:
-        """Read by the sampler at each safe output boundary: stop here for steering input."""
-        return bool(self.steers)
-
-
-class Ended(Enum):
-    """What a finished response still takes: how a late steer is answered."""
-
-    COMPLETED = steering.RESPONSE_ALREADY_COMPLETED
-    NOT_ACTIVE = steering.RESPONSE_NOT_ACTIVE
-    WAITING = "waiting"  # completed on client-owned calls: steering input waits for their results
-
-
-@dataclass
-class EndedResponse:
-    lane: Lane
-    state: Ended
-    calls: list[Item] = field(default_factory=list)  # the client-owned calls it stopped on
-    waiting: list[Steer] = field(default_factory=list)  # steering input queued for its continuation
-
-
-@dataclass
-class LaneState:
-    queue: deque[Job] = field(default_factory=deque)
-    current: Job | None = None  # running, or waiting for a slot
-
-
-# ---------------------------------------------------------------- what the connection returns
-
-
-@dataclass(frozen=True)
-class Send:
-    event: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Start:
-    job: Job
-
-
-@dataclass(frozen=True)
-class Append:
-    job: Job
-    items: list[Any]
-
-
-@dataclass(frozen=True)
-class Arrive:
-    """A ``response.steer`` that takes effect once it has crossed the network (the uplink a
-    create pays as a stage of its own): then hand it to ``Connection.steer``."""
-
-    payload: dict[str, Any]
-
-
-Action = Send | Start | Append | Arrive
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A response that ran to its terminal event: what it leaves, how it ended, and the
-    client-owned calls it stopped on (empty if it stopped otherwise)."""
-
-    conversation: Conversation
-    status: str
-    calls: list[Item] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A create that did not finish, refused before ``response.created`` or failed after it.
-    ``evict``: whether the failure evicts what it continued (a per-key cap's refusal does not:
-    nothing of the create was looked at)."""
-
-    evict: bool = True
-
-
-Outcome = Finished | Failed
 
 
 # ---------------------------------------------------------------- the connection

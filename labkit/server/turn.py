@@ -29,7 +29,7 @@ class Conversation:
 
 
 class SteerSignal(Protocol):
-    """What the sampler reads at each safe output boundary (``labkit.server.connection.Job``)."""
+    """What the sampler reads at each safe output boundary (``labkit.server.connection_jobs.Job``)."""
 
     @property
     def steer_requested(self) -> bool: ...

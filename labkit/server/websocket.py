@@ -35,11 +35,11 @@ from labkit.limits import ServerLimits
 from labkit.server.appended import respond_appended
 from labkit.server.auth import KeyLimiter
 from labkit.server.config import config_of
-from labkit.server.connection import (
+from labkit.server.connection import Connection
+from labkit.server.connection_jobs import (
     Action,
     Append,
     Arrive,
-    Connection,
     Failed,
     Finished,
     Job,

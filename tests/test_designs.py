@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import auth_headers, by_stage, server_spans, two_http_turns
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -37,6 +36,7 @@ from labkit.designs import (
     Runs,
     compose,
 )
+from tests.helpers import auth_headers, by_stage, server_spans, two_http_turns
 
 pytestmark = pytest.mark.slow  # servers of its own
 

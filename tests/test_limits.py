@@ -14,13 +14,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import assert_api_error, served_in_thread
 
 from labkit.cli import Parser, build_parser
 from labkit.cli.serve import add_limit_flags, limit_flag, limits_of, server_config
 from labkit.limits import ServerLimits, limit_field
 from labkit.server.app import create_app
 from labkit.server.config import ServerConfig, config_of
+from tests.helpers import assert_api_error, served_in_thread
 
 FIELDS = dataclasses.fields(ServerLimits)
 

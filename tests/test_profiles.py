@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import profile_with
 
 from labkit.paths import default_data_dir
 from labkit.profiles import Network, Safety, known_profiles, load_profile, profile_toml
+from tests.helpers import profile_with
 
 REPO_DATA = default_data_dir()
 SHIPPED = ["article-fit", "local", "production-like", "room"]

@@ -29,7 +29,7 @@ No ``mermaid`` fence is left in a notebook: an HTML export would fetch Mermaid f
     python tools/render_diagrams.py          # draw the diagrams whose source changed
     python tools/render_diagrams.py --check  # only say what is stale (no node, no browser)
 
-The check runs in the tests (tests/test_diagrams.py). Exit status 1 when ``--check`` finds
+The check runs in the tests (tests/notebooks/test_diagrams.py). Exit status 1 when ``--check`` finds
 something stale.
 """
 

@@ -18,7 +18,7 @@ Those actions, the jobs they carry and the outcomes it is fed are plain data, in
 It never awaits, never touches a socket, and holds no clock: ``labkit.server.websocket`` is the
 asyncio loop around it, which runs each ``Start`` through the pipeline and reports back with
 ``created`` and ``finished``. So every rule here is tested by feeding it events
-(``tests/test_connection.py``), and only the wire by real sockets.
+(``tests/server/test_connection.py``), and only the wire by real sockets.
 
 The rules (docs/protocol.md §3):
 

@@ -42,7 +42,7 @@ def crlf_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_clone_rewrote_text_files(crlf_clone: Path) -> None:
     # The setting took effect: ordinary text (this very file) now ends its lines with CRLF.
-    assert b"\r\n" in (crlf_clone / "tests" / "test_line_endings.py").read_bytes()
+    assert b"\r\n" in (crlf_clone / "tests" / "project" / "test_line_endings.py").read_bytes()
 
 
 @pytest.mark.parametrize("name", SHIPPED)

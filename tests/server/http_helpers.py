@@ -28,6 +28,19 @@ def raw_post(server: LabkitServer, body: Any, *, key: str | None = API_KEY) -> h
     return httpx.post(f"{server.base_url}/responses", content=content, headers=headers, timeout=30)
 
 
+def sse_frames(server: LabkitServer, body: dict[str, Any]) -> tuple[httpx.Response, str]:
+    """POST /v1/responses with ``stream: true``: the response and its whole SSE text."""
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/responses",
+        json={**body, "stream": True},
+        headers=auth_headers(),
+        timeout=30,
+    ) as resp:
+        text = "".join(resp.iter_text())
+    return resp, text
+
+
 def error_of(resp: httpx.Response, status: int) -> dict[str, Any]:
     """The ``error`` object of an error response, after checking the envelope's exact shape."""
     assert resp.status_code == status, resp.text

@@ -8,7 +8,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import jsonschema
 import openai
 import pytest
@@ -21,23 +20,9 @@ from tests.helpers import (
     CALL_TURN_EVENTS,
     READ_FILE_TOOL,
     TEXT_TURN_EVENTS,
-    auth_headers,
     collapse_deltas,
 )
-from tests.server.http_helpers import MODEL, check_sequence, check_usage
-
-
-def sse_frames(server: LabkitServer, body: dict[str, Any]) -> tuple[httpx.Response, str]:
-    with httpx.stream(
-        "POST",
-        f"{server.base_url}/responses",
-        json={**body, "stream": True},
-        headers=auth_headers(),
-        timeout=30,
-    ) as resp:
-        text = "".join(resp.iter_text())
-    return resp, text
-
+from tests.server.http_helpers import MODEL, check_sequence, check_usage, sse_frames
 
 # ---------------------------------------------------------------- 2. create(stream=True)
 

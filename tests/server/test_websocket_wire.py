@@ -29,6 +29,7 @@ from tests.helpers import (
     auth_headers,
     collapse_deltas,
 )
+from tests.server.http_helpers import sse_frames
 
 MODEL = "labkit-spark"
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
@@ -115,19 +116,9 @@ def assert_error(event: dict[str, Any], code: str, param: str | None = None) -> 
 
 def sse_types(server: LabkitServer, body: dict[str, Any]) -> list[str]:
     """The same request over HTTP with ``stream: true``: the SSE event names, in order."""
-    types = []
-    with httpx.stream(
-        "POST",
-        f"{server.base_url}/responses",
-        json={**body, "stream": True},
-        headers=auth_headers(),
-        timeout=30,
-    ) as reply:
-        assert reply.status_code == 200
-        for line in reply.iter_lines():
-            if line.startswith("event: "):
-                types.append(line.removeprefix("event: "))
-    return types
+    reply, text = sse_frames(server, body)
+    assert reply.status_code == 200
+    return [line.removeprefix("event: ") for line in text.splitlines() if line.startswith("event: ")]
 
 
 def traces(server: LabkitServer, response_id: str) -> dict[str, dict[str, Any]]:

@@ -10,8 +10,9 @@ table or one figure, so a dashboard (notebook 07) only watches and redraws:
 - ``by_design``: TTFT and end to end per design, across the room
 - ``comparison``: the designs compared in words, once there are two to compare
 - ``room_figure``: turns per learner, and each design's median TTFT and end to end
-- ``watch_room``: the stream, handed to a redraw at most once a second
+- ``watch_room``: the stream, the room's history first, handed to a redraw at most once a second
 - ``label_of``: the label a key's traffic carries, for an instructor who holds the keys
+- ``who_is_who``: a row per label seen or key handed out: the names given, whom it was handed to
 
 A learner is the label of their key (``learner-3f9a1c``: a digest, never the key), with the
 name they gave (``$LABKIT_NAME``, sent by labkit's clients as ``metadata.labkit_name``) beside it.
@@ -79,6 +80,7 @@ LEARNER_COLUMNS = [
     "last_seen",
     "idle_s",
 ]
+WHO_COLUMNS = ["name they gave", "handed to", "responses"]
 DESIGN_COLUMNS = ["learners", "rollouts", "turns", "ttft_p50_ms", "ttft_p90_ms", "e2e_p50_s", "e2e_p90_s"]
 
 
@@ -94,6 +96,26 @@ def label_of(key: str) -> str:
     True
     """
     return key_label(key)
+
+
+def who_is_who(traces: Sequence[Trace], handed_out: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """A row per label: each one the traces show (in the order first seen), then each key in
+    ``handed_out`` (name -> key, as the instructor handed them out) not seen yet. ``name they
+    gave``: the names its responses carried; ``handed to``: whom that key went to; ``responses``:
+    how many have finished. Empty text where nothing is known, never NaN.
+
+    >>> ada = {"response_id": "r1", "owner": label_of("sk-a"), "name": "Ada", "spans": []}
+    >>> who_is_who([ada], {"Ada L.": "sk-a", "Bo": "sk-b"}).values.tolist()
+    [['Ada', 'Ada L.', 1], ['', 'Bo', 0]]
+    """
+    handed = {label_of(key): name for name, key in (handed_out or {}).items()}
+    seen = pd.DataFrame({"learner": [learner_of(t) for t in traces], "name": [t.get("name") for t in traces]})
+    per = seen.groupby("learner", sort=False)["name"]
+    table = pd.DataFrame({"name they gave": per.agg(_names), "responses": per.size()})
+    table = table.reindex([*table.index, *(label for label in handed if label not in table.index)])
+    table["handed to"] = [handed.get(label, "") for label in table.index]
+    table = table.fillna({"name they gave": "", "responses": 0}).astype({"responses": int})
+    return table[WHO_COLUMNS].rename_axis("learner")
 
 
 def learner_turns(traces: Sequence[Trace]) -> pd.DataFrame:
@@ -336,10 +358,14 @@ def watch_room(
     api_key: str,
     on_change: Callable[[list[dict[str, Any]]], None],
     every: float = REDRAW_EVERY_S,
+    *,
+    history: bool = True,
 ) -> TraceWatcher:
     """Subscribe to the trace stream and call ``on_change(traces so far)`` at most once every
     ``every`` seconds, on the notebook's event loop (so it runs while no cell does); outside a
-    running loop, at every trace.
+    running loop, at every trace. With ``history`` (the default) the traces start with the
+    finished responses the server keeps, so a dashboard opened late shows the room since it
+    began; it returns once they have arrived.
 
         watcher = watch_room(server.base_url, INSTRUCTOR, lambda traces: plot.update(traces))
         ...
@@ -370,4 +396,4 @@ def watch_room(
         else:
             on_change(list(received))
 
-    return TraceWatcher(base_url, api_key, on_trace).start()
+    return TraceWatcher(base_url, api_key, on_trace, history=history).start()

@@ -10,3 +10,5 @@ DESIGN_HEADER = "x-labkit-design"  # picks the design of a request or a WebSocke
 DESIGN_QUERY = "design"  # the same, as a query parameter on the WebSocket URL
 SCENARIO_KEY = "labkit_scenario"  # in ``metadata``: the scripted scenario the model replays
 TRACES_PATH = "/labkit/traces"  # under /v1: the server's spans for one response
+HISTORY_QUERY = "history"  # the trace stream's ``?history=true``: the finished responses kept, then live
+LIVE_COMMENT = ": live"  # the SSE comment line between the trace stream's history and its live traces

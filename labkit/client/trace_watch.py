@@ -9,6 +9,10 @@ Each trace is one finished response: ``response_id``, ``design``, ``model``,
 key). ``on_trace`` runs on the watcher's thread; hand the work to the main
 thread from there if it must happen there (a notebook can use its event loop's
 ``call_soon_threadsafe``).
+
+With ``history=True`` the server first sends the finished responses it keeps, oldest first
+(``?history=true``: a dashboard opened late starts with the room since it began), then the live
+ones; ``start`` returns once that history has arrived (``caught_up``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from labkit.api.extensions import TRACES_PATH
+from labkit.api.extensions import HISTORY_QUERY, LIVE_COMMENT, TRACES_PATH
 
 STREAM_PATH = TRACES_PATH + "/stream"
 
@@ -40,23 +44,29 @@ class TraceWatcher:
         base_url: str,
         api_key: str = "sk-labkit-agent",
         on_trace: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        history: bool = False,
     ) -> None:
         self.base_url = base_url
         self.api_key = api_key
         self.on_trace = on_trace
+        self.history = history
         self.traces: list[dict[str, Any]] = []
         self.error: BaseException | None = None
+        self.caught_up = threading.Event()  # set once every trace received from now on is live
         self._subscribed = threading.Event()
         self._stopping = threading.Event()
         self._response: httpx.Response | None = None
         self._thread = threading.Thread(target=self._run, name="labkit-trace-watcher", daemon=True)
 
     def start(self, timeout: float = 10.0) -> TraceWatcher:
-        """Subscribe; returns once the server has confirmed the subscription."""
+        """Subscribe; returns once the server has confirmed the subscription and, with
+        ``history``, sent the history (or ``timeout`` seconds later: the rest then keeps arriving)."""
         self._thread.start()
         if not self._subscribed.wait(timeout) or self.error is not None:
             self.stop()
             raise RuntimeError(f"could not subscribe to {STREAM_PATH}: {self.error or 'no answer'}")
+        self.caught_up.wait(timeout)
         return self
 
     def stop(self) -> None:
@@ -74,16 +84,19 @@ class TraceWatcher:
     def _run(self) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"}
         timeout = httpx.Timeout(10.0, read=None)
+        params = {HISTORY_QUERY: "true"} if self.history else None
         try:
             with (
                 httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout) as http,
-                http.stream("GET", STREAM_PATH) as response,
+                http.stream("GET", STREAM_PATH, params=params) as response,
             ):
                 response.raise_for_status()
                 self._response = response
                 for line in response.iter_lines():
                     if line.startswith(":"):
                         self._subscribed.set()  # the server's first comment confirms it
+                        if not self.history or line == LIVE_COMMENT:
+                            self.caught_up.set()
                     elif line.startswith("data: "):
                         trace = json.loads(line[len("data: ") :])
                         self.traces.append(trace)
@@ -94,6 +107,7 @@ class TraceWatcher:
                 self.error = exc
         finally:
             self._subscribed.set()
+            self.caught_up.set()
 
     def __enter__(self) -> TraceWatcher:
         return self.start()

@@ -89,7 +89,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             # An instructor's key is a key too, where keys are required.
             keys=Keys(config.api_keys + config.instructor_keys if config.api_keys else []),
             data_dir=config.data_dir,
-            traces=TraceStore(config.limits.max_traces, shared),
+            traces=TraceStore(config.limits.max_traces, shared, config.limits.max_trace_history_bytes),
             policy=GenericPolicy(max_output_tokens=config.limits.max_output_tokens),
             slots_per_key=config.limits.max_slots_per_key,
         )

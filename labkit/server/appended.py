@@ -42,6 +42,9 @@ async def respond_appended(
             stopped, paused = await infer(pipeline, turn, events, send)
             if stopped or not paused:
                 return await finish(pipeline, turn, events, send, stopped)
+            # Its spans on every worker (--workers) before the pause's event can reach the client:
+            # the beta's cue, the call's item, is queued, not sent, and nothing has waited since.
+            pipeline.traces.share_running(turn.owner, turn.response["id"], turn.trace)
             if inject:
                 await take_injects(pipeline, turn, events, next_input, emit)
             else:
@@ -49,6 +52,9 @@ async def respond_appended(
                 turn.next_segment()
                 await resume(pipeline, turn, next_input, emit)
 
+    # From its start too: the beta's client asks after each call's item, and the first of a
+    # segment's parallel calls comes before the segment's pause.
+    pipeline.traces.share_running(turn.owner, turn.response["id"], turn.trace)
     return await run_events(pipeline, turn, emit, run)
 
 

@@ -30,6 +30,7 @@ from labkit.analysis.room import (
     rollouts,
     room_figure,
     watch_room,
+    who_is_who,
 )
 from labkit.client.agent import Rollout
 from labkit.client.launcher import LabkitServer
@@ -140,6 +141,16 @@ def test_a_learner_is_a_label_and_the_name_they_gave_never_the_key(room: Room) -
     assert ticks == {f"Ada · {label_of(ADA)}", f"Bo Zoë · {label_of(BO)}"}
 
 
+def test_who_is_who_shows_every_label_seen_and_the_keys_handed_out(room: Room) -> None:
+    cy = "sk-room-cy"  # handed out, not used yet
+    table = who_is_who(room.traces, {"Ada L.": ADA, "Cy": cy})
+    assert list(table.index) == [label_of(ADA), label_of(BO), label_of(cy)]  # as first seen, then the rest
+    assert table.loc[label_of(ADA)].tolist() == [NAMES[ADA], "Ada L.", 6]
+    assert table.loc[label_of(BO)].tolist() == [NAMES[BO], "", 6]  # not handed out here: empty, not NaN
+    assert table.loc[label_of(cy)].tolist() == ["", "Cy", 0]
+    assert not table.isna().any().any() and who_is_who(room.traces)["handed to"].eq("").all()
+
+
 @pytest.mark.parametrize(
     ("name", "problem"), [("x" * 65, "65 characters long"), ("Ada\t", "control"), (" ", "empty")]
 )
@@ -200,10 +211,23 @@ def test_outside_an_event_loop_every_trace_is_a_change(room: Room) -> None:
     assert room.changes[-1] == room.traces
 
 
+def test_a_dashboard_opened_late_starts_with_the_room(room: Room) -> None:
+    """Every response had finished before it subscribed: it sees them all, as the live view did."""
+    changes: list[list[dict[str, Any]]] = []
+    watcher = watch_room(room.url, TEACHER, changes.append)
+    try:
+        late = list(watcher.traces)  # start() returned once the history had arrived
+    finally:
+        watcher.stop()
+    assert late[: len(room.traces)] == room.traces  # the same events, labels and order
+    assert len({t["response_id"] for t in late}) == len(late) and changes[-1] == late
+    assert list(learners(late).index) == list(learners(room.traces).index)  # Ada and Bo
+
+
 def test_in_an_event_loop_a_burst_is_one_redraw(room: Room) -> None:
     async def burst() -> tuple[list[list[dict[str, Any]]], int]:
         changes: list[list[dict[str, Any]]] = []
-        watcher = watch_room(room.url, TEACHER, changes.append, every=5.0)
+        watcher = watch_room(room.url, TEACHER, changes.append, every=5.0, history=False)
         try:
 
             def three() -> None:

@@ -1,4 +1,6 @@
-"""The trace stream of ``labkit serve --workers 2``: every response once, in order per key, on any worker.
+"""The traces of ``labkit serve --workers 2``: every response once, in order per key, on any worker;
+a finished one's spans from either worker, watched or not, and a running appended rollout's at each
+of its pauses; the room's history first, on request.
 
 Learners send responses over new connections (JSON, SSE and WebSocket mode in turn), so the
 kernel hands them to either worker; subscriptions are opened until each worker holds one, and
@@ -13,6 +15,7 @@ import contextlib
 import http.client
 import json
 import socket
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -23,9 +26,12 @@ from typing import Any
 import pytest
 from websockets.sync.client import connect
 
+from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA
+from labkit.api.owners import key_label
 from labkit.client.launcher import LabkitServer
+from labkit.scenarios import FETCH_TOOL
 from labkit.server.database import Database
-from labkit.server.shared_traces import SharedFeed, SharedTraces
+from labkit.server.shared_traces import RUNNING_PRUNE_EVERY, SharedFeed, SharedTraces
 from tests.helpers import port_of, worker_holding
 
 pytestmark = [
@@ -44,17 +50,20 @@ STREAM = "/v1/labkit/traces/stream"
 
 
 class Subscription:
-    """A trace-stream subscription on a connection of its own, read on a thread; its worker is known."""
+    """A trace-stream subscription on a connection of its own, read on a thread; its worker is known.
+    With ``history``, ``live_from`` is how many traces came before the ``: live`` line."""
 
-    def __init__(self, server: LabkitServer, key: str) -> None:
+    def __init__(self, server: LabkitServer, key: str, *, history: bool = False) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port_of(server), timeout=30)
-        self.conn.request("GET", STREAM, headers={"authorization": f"Bearer {key}"})
+        path = STREAM + ("?history=true" if history else "")
+        self.conn.request("GET", path, headers={"authorization": f"Bearer {key}"})
         self.reply = self.conn.getresponse()
         assert self.reply.status == 200
         assert self.reply.readline() == b": subscribed\n"  # the subscription is live from here
         assert self.conn.sock is not None
         self.worker = worker_holding(server, self.conn.sock.getsockname()[1])
         self.traces: list[dict[str, Any]] = []
+        self.live_from: int | None = None
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
@@ -63,6 +72,8 @@ class Subscription:
             for line in self.reply:
                 if line.startswith(b"data: "):
                     self.traces.append(json.loads(line[len(b"data: ") :]))
+                elif line == b": live\n":
+                    self.live_from = len(self.traces)
 
     def ids(self) -> list[str]:
         return [trace["response_id"] for trace in self.traces]
@@ -75,12 +86,14 @@ class Subscription:
         self.conn.close()
 
 
-def one_on_each_worker(server: LabkitServer, key: str, opened: list[Subscription]) -> list[Subscription]:
+def one_on_each_worker(
+    server: LabkitServer, key: str, opened: list[Subscription], *, history: bool = False
+) -> list[Subscription]:
     """Subscribe until every worker holds one of ``key``'s subscriptions (extras are closed)."""
     workers = set(server.processes()[1:])
     chosen: dict[int, Subscription] = {}
     for _ in range(40):  # bounded: each new connection lands on either worker
-        subscription = Subscription(server, key)
+        subscription = Subscription(server, key, history=history)
         opened.append(subscription)
         if subscription.worker in chosen:
             subscription.close()
@@ -133,6 +146,18 @@ def spans_of(server: LabkitServer, key: str, response_id: str) -> tuple[int, Any
         return reply.status, data.get("data", data), worker
     finally:
         conn.close()
+
+
+def spans_on_each_worker(server: LabkitServer, key: str, response_id: str) -> dict[int, tuple[int, Any]]:
+    """``spans_of`` on new connections until every worker has answered: (status, spans) by worker."""
+    workers = set(server.processes()[1:])
+    answers: dict[int, tuple[int, Any]] = {}
+    for _ in range(40):  # bounded: each new connection lands on either worker
+        status, spans, worker = spans_of(server, key, response_id)
+        answers[worker] = (status, spans)
+        if set(answers) == workers:
+            return answers
+    raise AssertionError(f"every GET landed on {set(answers)}")
 
 
 def wait_for(subscriptions: list[Subscription], count: int, timeout: float = 20.0) -> None:
@@ -195,19 +220,136 @@ def test_every_worker_streams_the_whole_room_once_in_order_per_key() -> None:
         assert server.process is not None and server.process.returncode == 0
 
 
+def test_a_finished_responses_spans_answer_on_both_workers_with_nobody_watching() -> None:
+    """No subscription anywhere: every finished response's spans are still found on either worker."""
+    with LabkitServer(workers=2, args=["--profile", "local", "--api-key", LEARNERS[0]]) as server:
+        for turn in range(3):  # JSON, SSE, WebSocket mode
+            rid, ran_on = respond(server, LEARNERS[0], turn)
+            answers = spans_on_each_worker(server, LEARNERS[0], rid)
+            assert [status for status, _ in answers.values()] == [200, 200], (ran_on, answers)
+            first, second = (spans for _, spans in answers.values())
+            assert first == second and [span["stage"] for span in first][-1] == "billing"
+
+
+APPENDED_CALLS = 2  # the synthetic rollout's calls, a pause each; then its answer
+APPENDED_SCENARIO = f"synthetic:turns={APPENDED_CALLS + 1},output_tokens=20,tool_tokens=50"
+
+
+class RawRollout:
+    """An appended rollout over a raw WebSocket, on either wire: the prototype's (``response.done``,
+    answered by ``response.append``) or the beta's (the call's ``response.output_item.done`` is the
+    cue, answered by ``response.inject``)."""
+
+    def __init__(self, server: LabkitServer, key: str, wire: str) -> None:
+        headers = {"authorization": f"Bearer {key}"}
+        if wire == "inject":
+            headers[BETA_HEADER] = MULTI_AGENT_BETA
+        self.ws = connect(server.ws_url + "?design=appended", additional_headers=headers)
+        self.wire = wire
+        self.response_id = ""
+        body = {"model": MODEL, "tools": [FETCH_TOOL], "input": "Work.", "store": False}
+        body["metadata"] = {"labkit_scenario": APPENDED_SCENARIO}
+        self.ws.send(json.dumps({"type": "response.create", **body}))
+
+    def next_pause(self) -> list[dict[str, Any]] | None:
+        """The calls the response waits for at its next pause; None once it has completed."""
+        while True:
+            event = json.loads(self.ws.recv(timeout=30))
+            kind = event["type"]
+            assert kind not in ("error", "response.failed", "response.inject.failed"), event
+            if kind == "response.created":
+                self.response_id = event["response"]["id"]
+            elif kind == "response.done":
+                return event["pending_calls"]
+            elif kind == "response.output_item.done" and self.wire == "inject":
+                if event["item"]["type"] == "function_call":
+                    return [event["item"]]
+            elif kind == "response.completed":
+                return None
+
+    def answer(self, calls: list[dict[str, Any]]) -> None:
+        outputs = [{"type": "function_call_output", "call_id": c["call_id"], "output": "ok"} for c in calls]
+        kind = "response.inject" if self.wire == "inject" else "response.append"
+        self.ws.send(json.dumps({"type": kind, "response_id": self.response_id, "input": outputs}))
+
+
+@pytest.mark.parametrize("wire", ["prototype", "inject"])
+def test_a_running_appended_rollouts_spans_answer_on_both_workers_at_each_pause(wire: str) -> None:
+    """Right after each pause's event, either worker answers with the spans so far, the same on both
+    (the last one this segment's decode); once it has finished, its finished spans, and the running
+    response's row is gone from the file."""
+    with LabkitServer(workers=2, args=["--profile", "local", "--api-key", LEARNERS[0]]) as server:
+        rollout = RawRollout(server, LEARNERS[0], wire)
+        segment = 0
+        try:
+            while (calls := rollout.next_pause()) is not None:
+                answers = spans_on_each_worker(server, LEARNERS[0], rollout.response_id)
+                assert [status for status, _ in answers.values()] == [200, 200], (segment, answers)
+                first, second = (spans for _, spans in answers.values())
+                assert first == second  # the worker running it, and the other
+                assert (first[-1]["stage"], first[-1]["segment"]) == ("decode", segment)
+                rollout.answer(calls)
+                segment += 1
+        finally:
+            rollout.ws.close()
+        assert segment == APPENDED_CALLS
+        answers = spans_on_each_worker(server, LEARNERS[0], rollout.response_id)
+        assert [status for status, _ in answers.values()] == [200, 200], answers
+        first, second = (spans for _, spans in answers.values())
+        assert first == second and first[-1]["stage"] == "billing"
+        with contextlib.closing(sqlite3.connect(server.db)) as db:
+            assert db.execute("SELECT COUNT(*) FROM running_traces").fetchone() == (0,)
+
+
+def test_the_rooms_history_comes_first_on_either_worker_then_live_each_once() -> None:
+    opened: list[Subscription] = []
+    with LabkitServer(workers=2, args=["--profile", "local", "--instructor-key", TEACHER]) as server:
+        try:
+            # One response at a time, so the room's order is the order they were sent in.
+            everyone, kept, ran_on = [], {key: [] for key in LEARNERS[:2]}, set()
+            for turn in range(40):  # bounded: until both workers have finished some
+                for key in LEARNERS[:2]:
+                    rid, worker = respond(server, key, turn)
+                    everyone.append(rid)
+                    kept[key].append(rid)
+                    ran_on.add(worker)
+                if turn >= 2 and ran_on == set(server.processes()[1:]):
+                    break
+
+            teachers = one_on_each_worker(server, TEACHER, opened, history=True)
+            adas = one_on_each_worker(server, LEARNERS[0], opened, history=True)
+            later = [respond(server, LEARNERS[0], turn)[0] for turn in range(3)]
+            wait_for(teachers, len(everyone) + 3)
+            wait_for(adas, len(kept[LEARNERS[0]]) + 3)
+
+            for teacher in teachers:  # the room since it began, oldest first, then live: each once
+                assert teacher.ids() == everyone + later and teacher.live_from == len(everyone)
+                labels = {trace["response_id"]: trace.get("owner") for trace in teacher.traces}
+                for key, ids in kept.items():  # labelled as the live ones are
+                    assert {labels[rid] for rid in ids} == {key_label(key)}
+            assert teachers[0].ids() == teachers[1].ids()  # one order for the whole room
+            for ada in adas:  # a learner's history is its own
+                assert ada.ids() == kept[LEARNERS[0]] + later and ada.live_from == len(kept[LEARNERS[0]])
+                assert all("owner" not in trace for trace in ada.traces)
+        finally:
+            for subscription in opened:
+                subscription.close()
+
+
 def test_a_subscriber_sees_what_finishes_after_it_subscribes(tmp_path: Path) -> None:
-    """Two workers' feeds over one file, in one process: rows before a subscription are not sent."""
+    """Two workers' feeds over one file, in one process: rows before a subscription are not sent live."""
 
     async def scenario() -> tuple[list[str], list[str], list[str]]:
         one, two = Database(tmp_path / "room.sqlite3"), Database(tmp_path / "room.sqlite3")
-        other_room = SharedFeed(SharedTraces(one, room="another"))
-        feed_one, feed_two = SharedFeed(SharedTraces(one, room="r")), SharedFeed(SharedTraces(two, room="r"))
-        feed_one.publish("key_a", {"response_id": "resp_before", "spans": []})
-        watching = feed_two.subscribe("key_a")
-        teacher = feed_one.subscribe("key_t", sees_everyone=True)
-        stranger = other_room.subscribe("key_a", sees_everyone=True)
+        shared_one, shared_two = SharedTraces(one, room="r"), SharedTraces(two, room="r")
+        another = SharedTraces(one, room="another")
+        feed_one, feed_two, other_room = SharedFeed(shared_one), SharedFeed(shared_two), SharedFeed(another)
+        shared_one.append("key_a", {"response_id": "resp_before", "spans": []})
+        watching = feed_two.subscribe("key_a", after=shared_two.last())
+        teacher = feed_one.subscribe("key_t", sees_everyone=True, after=shared_one.last())
+        stranger = other_room.subscribe("key_a", sees_everyone=True, after=another.last())
         for n in range(3):  # alternately on each worker
-            (feed_one if n % 2 else feed_two).publish("key_a", {"response_id": f"resp_{n}", "spans": []})
+            (shared_one if n % 2 else shared_two).append("key_a", {"response_id": f"resp_{n}", "spans": []})
         await asyncio.sleep(0.3)
         for feed in (feed_one, feed_two, other_room):
             feed.close()
@@ -226,28 +368,31 @@ def test_a_subscriber_sees_what_finishes_after_it_subscribes(tmp_path: Path) -> 
     assert stranger == []  # another server given the same file
 
 
-def test_traces_are_written_only_while_someone_may_see_them(tmp_path: Path) -> None:
-    async def scenario() -> list[tuple[bool, bool]]:
-        one, two = Database(tmp_path / "room.sqlite3"), Database(tmp_path / "room.sqlite3")
-        here, there = SharedFeed(SharedTraces(one, room="r")), SharedFeed(SharedTraces(two, room="r"))
-        seen = [(here.wants("key_a"), here.wants("key_b"))]
-        ada = there.subscribe("key_a")  # on the other worker
-        seen.append((here.wants("key_a"), here.wants("key_b")))
-        teacher = there.subscribe("key_t", sees_everyone=True)
-        seen.append((here.wants("key_a"), here.wants("key_b")))
-        there.unsubscribe(teacher)
-        there.unsubscribe(teacher)  # a second time changes nothing
-        seen.append((here.wants("key_a"), here.wants("key_b")))
-        there.unsubscribe(ada)
-        seen.append((here.wants("key_a"), here.wants("key_b")))
-        one.close()
-        two.close()
-        return seen
+def test_the_running_rows_are_bounded_by_responses_and_bytes_and_never_streamed(tmp_path: Path) -> None:
+    """A rollout whose client left never finishes: its rows stay until the responses written to
+    least recently are pruned, whole, past the table's responses or bytes; a response whose first
+    rows went is read as none, never as a part of itself."""
+    db = Database(tmp_path / "room.sqlite3")
+    span = {"stage": "decode", "segment": 0}
+    size = len(json.dumps([span], separators=(",", ":")))
+    traces = SharedTraces(db, room="r", capacity=3, running_max_bytes=100 * size)
+    written: Counter[str] = Counter()
+    for n in range(RUNNING_PRUNE_EVERY):  # a span at a time, five rollouts in turn; the last write prunes
+        rid = f"resp_{n % 5}"
+        traces.share_running("key_a", rid, written[rid], [span])
+        written[rid] += 1
+    last_three = {f"resp_{(RUNNING_PRUNE_EVERY - k) % 5}" for k in (1, 2, 3)}
+    kept = {rid: traces.spans("key_a", rid) for rid in written}
+    assert {rid for rid, spans in kept.items() if spans is not None} == last_three
+    assert all(kept[rid] == [span] * written[rid] for rid in last_three)  # each whole
+    assert traces.after(0) == []  # never streamed
 
-    assert asyncio.run(scenario()) == [
-        (False, False),
-        (True, False),
-        (True, True),
-        (True, False),
-        (False, False),
-    ]
+    by_bytes = SharedTraces(db, room="r", capacity=100, running_max_bytes=2 * size)
+    for n in range(RUNNING_PRUNE_EVERY):
+        by_bytes.share_running("key_a", f"resp_{n}", 0, [span])
+    kept_ids = [n for n in range(RUNNING_PRUNE_EVERY) if by_bytes.spans("key_a", f"resp_{n}")]
+    assert kept_ids == [RUNNING_PRUNE_EVERY - 2, RUNNING_PRUNE_EVERY - 1]
+    pruned = "resp_0"  # it goes on running: its next spans alone are not its spans
+    by_bytes.share_running("key_a", pruned, 1, [span])
+    assert by_bytes.spans("key_a", pruned) is None
+    db.close()

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import os
 import platform
 from collections import deque
@@ -330,9 +331,7 @@ def what_if_lab(settings: whatif.Settings | None = None) -> WhatIfLab:
         ui = what_if_lab()
         display(ui.widget)
     """
-    from labkit.analysis.whatif_ui import WhatIfLab
-
-    return WhatIfLab(settings, cpu=cpu_costs())
+    return _front_end("whatif_ui", "WhatIfLab")(settings, cpu=cpu_costs())
 
 
 def replay_lab() -> ReplayLab:
@@ -342,9 +341,18 @@ def replay_lab() -> ReplayLab:
         replay_ui = replay_lab()
         display(replay_ui.widget)
     """
-    from labkit.analysis.replay_ui import ReplayLab
+    return _front_end("replay_ui", "ReplayLab")(cpu=cpu_costs())
 
-    return ReplayLab(cpu=cpu_costs())
+
+def _front_end(module: str, name: str) -> Any:
+    """A widget class of the notebook front end, or one sentence saying which install has it."""
+    try:
+        return getattr(importlib.import_module(f"labkit.analysis.{module}"), name)
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(
+            f"{name} needs the notebook front end, and {err.name} is not installed: "
+            'pip install -e ".[notebooks]"'
+        ) from None
 
 
 def article_fit(figures: str = "fitted", reading: str | None = None, **changes: Any) -> ArticleFit:

@@ -30,6 +30,21 @@ def test_the_client_side_loads_no_server_module() -> None:
     assert json.loads(out.stdout) == []
 
 
+def test_the_labs_widgets_without_the_front_end_say_which_install_has_them() -> None:
+    """A base install (``pip install .``) has no ipywidgets: the what-if lab says so in one sentence."""
+    code = (
+        "import sys; sys.modules['ipywidgets'] = None\n"
+        "from labkit import lab\n"
+        "for make in (lab.what_if_lab, lab.replay_lab):\n"
+        "    try: make()\n"
+        "    except ModuleNotFoundError as err: print(err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["WhatIfLab", "ReplayLab"]
+    assert all('pip install -e ".[notebooks]"' in line and "ipywidgets" in line for line in lines)
+
+
 def test_every_public_name_is_documented_with_an_example() -> None:
     for name in lab.__all__:
         obj = getattr(lab, name)

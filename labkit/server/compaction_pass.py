@@ -10,11 +10,15 @@ over HTTP) followed by ``input``. The answer is the compact resource::
     {"id": "resp_…", "object": "response.compaction", "created_at": …,
      "output": [<every user message, as it was>, {"type": "compaction", "id": "cmp_…",
                 "encrypted_content": "lkc1.…"}],
-     "usage": {"input_tokens": <the window>, "output_tokens": <the summary>, …}}
+     "usage": {"input_tokens": <the window>, "output_tokens": <the summary>, …},
+     "safety_identifier": <as sent, or null>, "service_tier": <the tier that served it>}
 
 The simulated model reads the window (a prefill on a replica, so a window it has just
 served comes out of the prefix cache) and writes the summary at its decode speed: that is
-the compaction pass ``usage`` accounts for. The summary is built from the window by rule,
+the compaction pass ``usage`` accounts for. So the window must fit the model's context window:
+routing refuses one past it (``context_length_exceeded``, ``labkit.server.context_window``;
+a compact body has no ``truncation``), and ``context_management`` compacts what a create's
+own truncation left. The summary is built from the window by rule,
 so the same window always compacts to the same item. Nothing is stored: a compaction item
 is self-contained and sealed to the key (``labkit.api.compaction``), so it serves
 ``store: false`` clients too, over HTTP or as the first input of a new WebSocket chain.
@@ -34,7 +38,7 @@ from labkit.api.events import Event, ResponseEvents
 from labkit.api.ids import new_id
 from labkit.api.items import Item
 from labkit.api.requests import CreateBody, CreateRequest, parse_compact
-from labkit.api.responses import usage
+from labkit.api.responses import new_response, usage
 from labkit.api.stages import Source, Stage
 from labkit.engine.policies import Say, TurnContext
 from labkit.engine.render import TokenBuffer, content_text, encode_block, item_block
@@ -45,6 +49,8 @@ from labkit.server.sampling import settle
 from labkit.server.turn import ResponseRun
 from labkit.text.tokenizer import decode, encode_text
 
+# The request's settings the compact resource echoes, as a create's Response echoes them.
+ECHOED = ("safety_identifier", "service_tier")
 # Each excerpt in a summary: about 1/25 of the window it replaces, within these bounds (tokens).
 EXCERPT_MIN, EXCERPT_MAX = 8, 96
 LAST_LINES = ("Last assistant message: ", "Last tool result: ")
@@ -60,7 +66,7 @@ async def compact(pipeline: Pipeline, turn: ResponseRun, body: Any) -> dict[str,
         raise invalid_request("There is nothing to compact: 'input' is empty.", param="input")
     await pipeline.render(turn)  # a large window is tokenized off the loop
     await pipeline.route(turn)
-    assert turn.model is not None
+    assert turn.model is not None and turn.req is not None
     kept, payload = summarize(window)
     turn.response = {"id": new_id("resp"), "object": OBJECT, "model": turn.model.name, "output": []}
     async with pipeline.queue(turn):
@@ -70,12 +76,14 @@ async def compact(pipeline: Pipeline, turn: ResponseRun, body: Any) -> dict[str,
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": seal(payload, turn.owner)}
     pipeline.billing.charge_later(charge(turn, "completed"))
     pipeline.traces.put(turn.owner, turn.response["id"], turn.trace)
+    echo = new_response(turn.response["id"], turn.req, turn.model.name)
     return {
         "id": turn.response["id"],
         "object": OBJECT,
         "created_at": int(time.time()),
         "output": [*kept, item],
         "usage": usage(turn.prompt_tokens, turn.cached_tokens, turn.produced),
+        **{key: echo[key] for key in ECHOED},
     }
 
 
@@ -128,6 +136,8 @@ def accept_compaction(turn: ResponseRun, body: Any) -> list[Item]:
         instructions=req.instructions,
         previous_response_id=req.previous_response_id,
         prompt_cache_key=req.prompt_cache_key,
+        safety_identifier=req.safety_identifier,
+        service_tier=req.service_tier,
         store=False,
     )
     turn.req = CreateRequest(create, req.items, tools=[])

@@ -13,12 +13,17 @@ how often it held.
     True
 
 ``holds`` is ``None`` when the run cannot decide (the effect is within the noise): the sentence
-then says so, and the count keeps it apart from a claim that failed.
+then says so, and the count keeps it apart from a claim that failed. A claim of several parts
+("about the same milliseconds, so a larger share") passes one verdict per part: it holds when
+every part does, fails when any part fails, and otherwise cannot tell.
+
+    >>> verdict([True, None]), verdict([None, False]), verdict([True, True])
+    (None, False, True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +46,29 @@ class Claim:
         return self.bundle()
 
 
-def claim(name: str, holds: bool | None, evidence: str) -> None:
+def verdict(holds: bool | Sequence[bool | None] | None) -> bool | None:
+    """One verdict from a claim's parts: ``False`` if any part failed, else ``None`` if any part
+    could not be decided, else ``True``. A single verdict is itself (any truth value, as bool)."""
+    if holds is None or not isinstance(holds, Sequence):
+        return None if holds is None else bool(holds)
+    parts = [verdict(part) for part in holds]
+    if False in parts:
+        return False
+    return None if None in parts else True
+
+
+def claim(name: str, holds: bool | Sequence[bool | None] | None, evidence: str) -> None:
     """Show whether the claim ``name`` held in this run, with the ``evidence``, and record it.
+    ``holds`` may list one verdict per part of the claim (``verdict``).
 
         lab.claim("the socket saves more against naive than against the sprint",
                   vs_naive > vs_sprint, f"{vs_naive:.0%} against naive, {vs_sprint:.0%} against the sprint")
+        lab.claim("about the same milliseconds, a larger share", [same_ms, larger_share], evidence)
     """
     from IPython.display import display
 
-    made = Claim(name, None if holds is None else bool(holds), sentence(name, holds, evidence))
+    held = verdict(holds)
+    made = Claim(name, held, sentence(name, held, evidence))
     display(made.bundle(), raw=True)  # nothing returned: a cell ending in a claim shows it once
 
 

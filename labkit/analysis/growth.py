@@ -23,6 +23,7 @@ import pandas as pd
 
 from labkit.analysis.guesses import Undecided
 from labkit.analysis.metrics import turns
+from labkit.analysis.precision import fixed, with_noise
 
 SURE = 3.0  # standard errors a slope must clear before one run names its direction
 FLAT = 0.10  # a change over the whole rollout under this share of the typical time is "flat"
@@ -73,8 +74,8 @@ class Growth:
     def shape(self) -> str | Undecided:
         """``grows``, ``falls`` or ``stays flat`` when this run can tell, else ``Undecided``.
 
-        >>> Growth.fit([0, 1000, 2000, 3000], [10, 30, 12, 31]).shape().reason[:33]
-        'the slope, 4.5 ± 5.3 ms per 1k to'
+        >>> Growth.fit([0, 1000, 2000, 3000], [10, 30, 12, 31]).shape().reason[:29]
+        'the slope, 4 ± 5 ms per 1k to'
         """
         span_k = (self.history[1] - self.history[0]) / 1000
         if self.per_1k_ms - SURE * self.noise_ms > 0:
@@ -84,16 +85,33 @@ class Growth:
         if (abs(self.per_1k_ms) + SURE * self.noise_ms) * span_k < FLAT * abs(self.typical_ms):
             return "stays flat"
         return Undecided(
-            f"the slope, {self.per_1k_ms:.1f} ± {self.noise_ms:.1f} ms per 1k tokens of history, "
+            f"the slope, {self.slope_shown()} of history, "
             f"is neither {SURE:g} standard errors from zero nor surely flat"
         )
 
+    def slope_shown(self) -> str:
+        """The slope with its noise, to the noise's precision (at most two decimals).
+
+        >>> Growth(1.838, 0.031, (1000, 17000), 29).slope_shown()
+        '1.84 ± 0.03 ms per 1k tokens'
+        >>> Growth(-0.02, 0.4, (1000, 17000), 29).slope_shown()
+        '0.0 ± 0.4 ms per 1k tokens'
+        """
+        return with_noise(self.per_1k_ms, self.noise_ms, most=2, unit=" ms per 1k tokens")
+
     def sentence(self, what: str) -> str:
-        """One line a learner reads: the slope with its noise, and the rise over the rollout."""
+        """One line a learner reads: the slope with its noise, and the rise over the rollout.
+
+        >>> print(Growth(1.838, 0.031, (1000, 17000), 29).sentence("the stages"))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        the stages: +1.84 ± 0.03 ms per 1k tokens of history, +29 ms from the shortest history
+        to the longest (a turn took 29 ms on average)
+        """
+        slope = with_noise(self.per_1k_ms, self.noise_ms, most=2, sign=True, unit=" ms per 1k tokens")
         return (
-            f"{what}: {self.per_1k_ms:+.1f} ms per 1k tokens of history (± {self.noise_ms:.1f}), "
-            f"{self.over_rollout_ms:+.0f} ms from the shortest history to the longest "
-            f"(a turn took {self.typical_ms:.0f} ms on average)"
+            f"{what}: {slope} of history, "
+            f"{fixed(self.over_rollout_ms, 0, sign=True)} ms from the shortest history to the longest "
+            f"(a turn took {fixed(self.typical_ms, 0)} ms on average)"
         )
 
 

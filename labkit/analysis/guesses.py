@@ -19,8 +19,9 @@ the sentence says so (so does 1, read as 100%):
 
 **Right** is a guess that ``fmt`` shows as it shows the measurement. **Close** is within a
 quarter of the measured value, never less than 3 points for a share (``CLOSE``,
-``SHARE_FLOOR``), widened by the run's noise: ``spread``, the ± of repeated runs in the measured
-value's own unit (0.03 is 3 points for a share). That is, close when
+``SHARE_FLOOR``), widened by the run's noise: ``spread``, the ± of the measurement (one run's
+standard error, or the spread of repeated runs) in its own unit (0.03 is 3 points for a share).
+The measurement is shown to the precision that noise allows. That is, close when
 ``|guess - measured| <= max(CLOSE * |measured|, floor) + spread``, the floor 0.03 for a share and
 0 otherwise. So 20% against a measured 10% is 10 points high (the tolerance is 3 points), and 65%
 against 58% is close (within 14.5 points):
@@ -30,8 +31,11 @@ against 58% is close (within 14.5 points):
     >>> check(0.65, 0.58, "the saving")
     'You guessed 65% for the saving; this run measured 58%: close (7 points high).'
     >>> print(check(0.15, 0.10, "the saving", spread=0.03))  # doctest: +NORMALIZE_WHITESPACE
-    You guessed 15% for the saving; this run measured 10% (±3 points over repeated runs):
+    You guessed 15% for the saving; this run measured 10% (± 3 points of noise):
     close (5 points high).
+    >>> print(check(0.15, 0.082, "the lead", spread=0.004))  # doctest: +NORMALIZE_WHITESPACE
+    You guessed 15% for the lead; this run measured 8.2% (± 0.4 points of noise):
+    7 points high.
 
 Other numbers are compared the same way, in the unit ``fmt`` shows:
 
@@ -72,6 +76,8 @@ import numbers
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from labkit.analysis.precision import decimals, fixed, percent, points
 
 SHAPES = ("grows", "stays flat", "falls")
 # The answer sets a notebook asks for; a guess is told every answer asked beside the measured one.
@@ -158,7 +164,7 @@ def decide(
     if _is_share(fmt):
         gap, band = _points(difference), f"±{_points(noise)}"
     else:
-        gap, band = fmt.format(abs(difference)), f"±{fmt.format(noise)}"
+        gap, band = _format(fmt, abs(difference)), f"±{_format(fmt, noise)}"
     return Undecided(f"{what} is {gap}, within the runs' noise of {band}", tuple(words))
 
 
@@ -199,8 +205,7 @@ def check(
         return _word(guess, measured, what)
     if math.isnan(measured):
         return f"This run gave no number for {what} (it came out as NaN): nothing to check a guess against."
-    noise = (f"±{_points(spread)}" if _is_share(fmt) else f"±{fmt.format(spread)}") if spread else ""
-    shown = fmt.format(measured) + (f" ({noise} over repeated runs)" if noise else "")
+    shown = _measurement(measured, fmt, spread)
     if guess is None:
         return f"No guess recorded for {what} (set it above and run again): this run measured {shown}."
     read = _number(guess, fmt)
@@ -208,7 +213,7 @@ def check(
         return f"You guessed {guess!r} for {what}, {read}. This run measured {shown}."
     value, note = read
     return (
-        f"You guessed {fmt.format(value)} for {what}{note}; this run measured {shown}: "
+        f"You guessed {_format(fmt, value)} for {what}{note}; this run measured {shown}: "
         f"{_how_far(value, measured, fmt, spread or 0.0)}."
     )
 
@@ -271,8 +276,39 @@ def _plain_number(x: float) -> str:
 
 def _points(share: float) -> str:
     """A share's size in percentage points, in words: ``_points(0.07) -> "7 points"``."""
-    n = round(abs(share) * 100)
-    return f"{n} point" if n == 1 else f"{n} points"
+    return points(share)
+
+
+def _format(fmt: str, value: float) -> str:
+    """``fmt.format(value)``, but never a negative zero: ``-0.004`` in ``{:.0%}`` is ``0%``.
+
+    >>> _format("{:.0%}", -0.004), _format("{:.1f} s", -0.04), _format("{:.1f} s", -0.4)
+    ('0%', '0.0 s', '-0.4 s')
+    """
+    zero = fmt.format(0.0)
+    return zero if fmt.format(abs(value)) == zero else fmt.format(value)
+
+
+def _measurement(measured: float, fmt: str, spread: float | None) -> str:
+    """The measured value as a learner reads it: with its noise, when given, and to the precision
+    that noise allows; a share in the default format with one decimal where whole percent
+    would show a share that is not zero as ``0%``.
+
+    >>> _measurement(0.33, "{:.0%}", 0.04), _measurement(0.003, "{:.0%}", None)
+    ('33% (± 4 points of noise)', '0.3%')
+    >>> _measurement(1.23, "{:.1f} s", 0.04)
+    '1.2 s (± <0.1 s of noise)'
+    """
+    if not spread:
+        return percent(measured) if fmt == "{:.0%}" else _format(fmt, measured)
+    if not _is_share(fmt):
+        band = _format(fmt, abs(spread))
+        if band == fmt.format(0.0):  # a noise below the format's last decimal is not zero
+            places = re.search(r"\.(\d+)[fe%]", fmt)
+            band = "<" + fmt.format(10.0 ** -(int(places.group(1)) if places else 0))
+        return f"{_format(fmt, measured)} (± {band} of noise)"
+    places = decimals(spread * 100, most=1)
+    return f"{fixed(measured * 100, places)}% (± {points(spread)} of noise)"
 
 
 def _how_far(guess: float, measured: float, fmt: str, spread: float) -> str:
@@ -282,9 +318,9 @@ def _how_far(guess: float, measured: float, fmt: str, spread: float) -> str:
     tolerance = max(CLOSE * abs(measured), floor) + abs(spread)
     gap = guess - measured
     side = "high" if gap > 0 else "low"
-    if fmt.format(guess) == fmt.format(measured):
+    if _format(fmt, guess) == _format(fmt, measured):
         return "right"
-    how_much = f"{_points(gap)} {side}" if share else f"{fmt.format(abs(gap))} {side}"
+    how_much = f"{_points(gap)} {side}" if share else f"{_format(fmt, abs(gap))} {side}"
     if abs(gap) <= tolerance or math.isclose(abs(gap), tolerance):  # 1.5 - 1.2 is 0.30000000000000004
         return f"close ({how_much})"
     if share:
@@ -377,7 +413,7 @@ def _undecided(guess: float | str | None, run: Undecided, what: str, fmt: str) -
     elif not isinstance(guess, bool):
         read = _number(guess, fmt)
         if isinstance(read, tuple):
-            shown, note = fmt.format(read[0]), read[1]
+            shown, note = _format(fmt, read[0]), read[1]
     return (
         f"You guessed {shown} for {what}{note}; {couldnt}, so your guess is neither confirmed nor "
         "marked wrong: more runs may decide."

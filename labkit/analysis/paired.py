@@ -6,11 +6,15 @@ differences is the typical turn's saving: a turn that a busy machine held up onc
 rollout, moves a mean far more than a median. As a share it is taken of the mean turn before
 the change, so that times the number of turns it is a share of end to end. Their spread says
 how sure one pair of runs is of it (the median's standard error, from the median absolute
-deviation). A saving is named only when it is at least three of those from zero.
+deviation). A saving is named only when it is at least three of those from zero, a cost
+likewise; in between the change made no difference one run can tell from its noise. Every
+figure is written to the precision that noise allows (``labkit.analysis.precision``).
 
     >>> s = Saving.of([100, 104, 98, 102, 101], [88, 93, 86, 89, 160])
     >>> round(s.ms, 1), s.sure
     (12, True)
+    >>> s.said()
+    'saved 12.0 ± 0.8 ms a turn'
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from labkit.analysis.metrics import turns
+from labkit.analysis.precision import percent, with_noise
 from labkit.api.stages import ClientStep
 
 SURE = 3.0  # standard errors a saving must clear before one run names it
@@ -70,17 +75,74 @@ class Saving:
         return self.noise_ms / self.before_ms if self.before_ms else 0.0
 
     def shown(self) -> str:
-        """The share saved with its noise, as a learner reads it.
+        """The share saved with its noise, as a learner reads it, to the noise's precision.
 
-        >>> Saving(12, 1.5, 100, 18).shown()
-        '12% ± 2%'
+        >>> Saving(12, 1.5, 100, 18).shown(), Saving(12.3, 0.4, 100, 18).shown()
+        ('12% ± 2%', '12.3% ± 0.4%')
+        >>> Saving(-0.2, 0.3, 100, 18).shown()
+        '-0.2% ± 0.3%'
         """
-        return f"{self.share:.0%} ± {self.noise_share:.0%}"
+        return percent(self.share, self.noise_share)
+
+    def ms_shown(self) -> str:
+        """The milliseconds saved a turn with their noise: ``'45 ± 5 ms'``, ``'0.8 ± 0.4 ms'``.
+
+        >>> Saving(45.2, 5.1, 150, 18).ms_shown(), Saving(-0.83, 0.41, 150, 18).ms_shown()
+        ('45 ± 5 ms', '-0.8 ± 0.4 ms')
+        """
+        return with_noise(self.ms, self.noise_ms, unit=" ms")
 
     @property
     def sure(self) -> bool:
         """Far enough from zero (``SURE`` standard errors) for one run to say it saves."""
         return self.ms > SURE * self.noise_ms
+
+    @property
+    def costs(self) -> bool:
+        """Far enough below zero for one run to say the change costs time instead."""
+        return self.ms < -SURE * self.noise_ms
+
+    def said(self) -> str:
+        """What the change did to a typical turn, in words true for any value the run gives:
+        saved, cost, or no difference beyond the noise (and which way the estimate leans).
+
+        >>> Saving(45, 5, 150, 18).said(), Saving(-12, 3, 150, 18).said()
+        ('saved 45 ± 5 ms a turn', 'cost 12 ± 3 ms a turn')
+        >>> Saving(-0.8, 0.4, 150, 18).said()
+        'made no difference beyond the noise (0.8 ± 0.4 ms a turn more)'
+        >>> Saving(0.3, 1.0, 150, 18).said()
+        'made no difference beyond the noise (0 ± 1 ms a turn)'
+        """
+        size = with_noise(abs(self.ms), self.noise_ms, unit=" ms")
+        if self.sure:
+            return f"saved {size} a turn"
+        if self.costs:
+            return f"cost {size} a turn"
+        lean = "" if size.startswith(("0 ", "0.0 ")) else " less" if self.ms > 0 else " more"
+        return f"made no difference beyond the noise ({size} a turn{lean})"
+
+    def about_the_same(self, other: Saving, factor: float = 2.0) -> bool | None:
+        """Whether this saving and ``other`` are of one size, within ``factor`` of each other, as
+        far as their noise lets one run tell: ``True`` when both are sure and the larger is
+        under ``factor`` times the smaller; ``False`` when, even pulled ``SURE`` standard errors
+        toward each other, they are still more than ``factor`` apart (or one surely saves where
+        the other surely does not); else ``None``.
+
+        >>> Saving(6, 0.5, 40, 19).about_the_same(Saving(8, 0.7, 440, 9))
+        True
+        >>> Saving(7, 0.3, 40, 19).about_the_same(Saving(-1, 0.4, 440, 9))
+        False
+        >>> Saving(6, 0.5, 40, 19).about_the_same(Saving(2, 1.5, 440, 9)) is None
+        True
+        """
+        if factor <= 1:
+            raise ValueError(f"about_the_same needs a factor above 1, not {factor}")
+        big, small = (self, other) if self.ms >= other.ms else (other, self)
+        if big.ms - SURE * big.noise_ms > factor * (small.ms + SURE * small.noise_ms):
+            return False
+        if big.sure and small.sure and big.ms < factor * small.ms:
+            return True
+        return None
 
     def against(self, other: Saving) -> float:
         """How many standard errors this saving is above ``other`` (both from their own runs).

@@ -12,13 +12,15 @@ the units in its column names.
 
 from __future__ import annotations
 
+import functools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 from pandas.io.formats.style import Styler
 
 from labkit.analysis.metrics import summary
+from labkit.analysis.precision import fixed, percent
 
 E2E = "end to end (s)"
 TTFT = "mean TTFT (ms)"
@@ -78,22 +80,37 @@ def compare(
 SHARES = ("saved", "cut", "share", "spread", "%")  # words that make a column a fraction, shown in percent
 
 
-def _format_of(column: str, values: pd.Series) -> str:
+def milliseconds(value: float) -> str:
+    """A time in ms to two significant digits or more, never ``-0``: what a table shows with no
+    noise to go by.
+
+    >>> milliseconds(62.4), milliseconds(8.415005), milliseconds(0.027952), milliseconds(0.0)
+    ('62 ms', '8.4 ms', '0.03 ms', '0 ms')
+    """
+    size = abs(value)
+    places = 0 if size >= 10 or size == 0 else 1 if size >= 1 else 2
+    return f"{fixed(value, places)} ms"
+
+
+def _format_of(column: str, values: pd.Series) -> Callable[[float], str]:
     if column.endswith("(s)"):
-        return "{:.2f} s"
-    if column.endswith("(ms)"):
-        return "{:.0f} ms"
+        return lambda v: f"{fixed(v, 2)} s"
+    if "(ms" in column:  # "(ms)", "(ms a turn)"
+        return milliseconds
     if any(word in column for word in SHARES):
-        return "{:.0%}"
+        return percent
     whole = bool((values.dropna() % 1 == 0).all())
-    return "{:,.0f}" if whole else "{:,.2f}"  # counts and tokens as they are
+    return functools.partial(fixed, places=0 if whole else 2)  # counts and tokens as they are
 
 
 def styled(table: pd.DataFrame) -> Styler:
     """The table with each number shown in its column's unit: seconds, ms, percent for savings,
-    cuts, shares and spreads, plain numbers for counts.
+    cuts, shares and spreads, plain numbers for counts; never a negative zero, never a share
+    that is not zero shown as ``0%``. A column of numbers held as objects (a table built row
+    by row, then turned) is read as numbers first.
 
         styled(compare(frames))        # 1.79 s · 45% · 62 ms · ...
     """
+    table = table.infer_objects()
     numeric = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])]
     return table.style.format({c: _format_of(str(c), table[c]) for c in numeric}, na_rep="")

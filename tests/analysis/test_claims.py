@@ -28,9 +28,30 @@ def test_claims_are_read_back_from_an_executed_notebook(tmp_path) -> None:
         nbformat.v4.new_code_cell("from labkit import lab"),
         nbformat.v4.new_code_cell('lab.claim("one", 2 > 1, "more")\nlab.claim("two", None, "too noisy")'),
         nbformat.v4.new_code_cell('lab.claim("three", 1 > 2, "one is less")'),
+        nbformat.v4.new_code_cell('lab.claim("four", [True, None], "one part too noisy")'),
     ]
     NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
     outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
     found = claims.found(outputs)
-    assert [(c.name, c.holds) for c in found] == [("one", True), ("two", None), ("three", False)]
+    verdicts = [(c.name, c.holds) for c in found]
+    assert verdicts == [("one", True), ("two", None), ("three", False), ("four", None)]
     assert found[2].sentence == "Checked on this run: three: does NOT hold (one is less)."
+
+
+@pytest.mark.parametrize(
+    ("parts", "held"),
+    [
+        ([True, True], True),
+        ([True, None], None),
+        ([None, False], False),  # a part that failed fails the claim, whatever the others
+        ([False, True], False),
+        ([], True),
+        (True, True),
+        (None, None),
+        (0, False),
+    ],
+)
+def test_a_claim_of_several_parts_holds_only_when_every_part_does(parts: object, held: bool | None) -> None:
+    """Notebook 04's check said 'holds' beside numbers that contradicted half of its sentence:
+    a claim of two parts needs a verdict for each."""
+    assert claims.verdict(parts) is held

@@ -72,8 +72,22 @@ def test_close_is_a_quarter_of_the_measurement_with_a_floor_of_three_points(
 def test_the_runs_noise_widens_close_and_is_shown() -> None:
     assert check(0.15, 0.10, "the saving").endswith(": 5 points high.")
     widened = check(0.15, 0.10, "the saving", spread=0.03)
-    assert "10% (±3 points over repeated runs)" in widened and widened.endswith(": close (5 points high).")
+    assert "10% (± 3 points of noise)" in widened and widened.endswith(": close (5 points high).")
     assert check(0.17, 0.10, "the saving", spread=0.03).endswith(": 7 points high.")  # past 3 + 3
+
+
+def test_a_measurement_is_shown_to_the_precision_its_noise_allows() -> None:
+    """A noise under a point is shown in tenths, the measurement with it; never '±0 points',
+    never '-0%'."""
+    quiet = check(0.2, 0.082, "the lead", spread=0.004)
+    assert "this run measured 8.2% (± 0.4 points of noise)" in quiet and "±0" not in quiet
+    assert "this run measured 0.3%" in check(None, 0.003, "the lead")
+    assert "this run measured 0%" in check(None, -0.0004, "the lead")
+    assert "-0" not in check(None, -0.0004, "the lead")
+    assert check(0.026, 0.022, "the lead").endswith(": close (0.4 points high).")
+    seconds = check(None, 1.23, "end to end", fmt="{:.1f} s", spread=0.04)
+    assert seconds.endswith("this run measured 1.2 s (± <0.1 s of noise).")
+    assert "-0.0" not in check(0.0, -0.01, "the change", fmt="{:.1f} s")
 
 
 @pytest.mark.parametrize(

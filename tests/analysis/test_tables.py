@@ -103,3 +103,25 @@ def test_labkit_tables_show_their_text_whole() -> None:
     longest_plan = max((cell for column in plans.columns for cell in plans[column]), key=len)
     assert len(longest_plan) > 50
     assert all(longest_plan in text for text in shown(plans).values())
+
+
+# ---------------------------------------------------------------- numbers as precise as they are
+
+
+def test_styled_reads_numbers_held_as_objects_and_never_shows_raw_floats_or_negative_zeros() -> None:
+    """A table built row by row and turned (numbers held as objects beside text) showed its
+    floats raw (``8.415005``, ``0.027952``); a share that rounds to nothing showed ``-0%``."""
+    before, after = "before (ms a turn)", "after (ms a turn)"
+    rows = {
+        "+ no intermediary hop": {"stage": "intermediary", before: 8.415005, after: 0.027952},
+        "+ fast classifiers": {"stage": "input_safety", before: 22.2, after: 0.0},
+    }
+    turned = pd.DataFrame(rows).T
+    assert turned[before].dtype == object  # as the notebook built it
+    text = lab.styled(turned).to_html()
+    assert ">8.4 ms<" in text and ">0.03 ms<" in text and ">22 ms<" in text and ">0 ms<" in text
+    assert "8.415005" not in text and "0.027952" not in text
+    shares = pd.DataFrame({"saved vs naive": [0.0, -0.004, -0.0001, 0.45], "saved (s)": [0.0, -0.001, 0, 1]})
+    text = lab.styled(shares).to_html()
+    assert ">0%<" in text and ">-0.4%<" in text and ">45%<" in text and ">0.00 s<" in text
+    assert "-0%" not in text and "-0.00" not in text

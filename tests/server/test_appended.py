@@ -323,6 +323,19 @@ def test_usage_and_ledger_add_up_the_segments(
     assert ledger_rows(server, run.response["id"]) == [expected]
 
 
+def test_a_resumed_segment_finds_what_it_sampled_in_the_prefix_cache(spans: list[dict[str, Any]]) -> None:
+    """A waiting response keeps the KV of what it sampled, as a paused sequence does: the next
+    segment's prefill finds every full block before the appended items in the cache, the
+    outputs it sampled included, and reads only the rest (otherwise each segment would prefill
+    the previous one's output again, and on long answers the prototype's lead would vanish)."""
+    prefills = [s for s in spans if s["stage"] == "prefill"]
+    renders = [s for s in spans if s["stage"] == "render"]
+    block = 16  # the prefix cache's block size: a partial last block is never cached
+    for k in range(1, TURNS):
+        before_appended = renders[k]["detail"]["prompt_tokens"] - renders[k]["tokens"]
+        assert prefills[k]["detail"]["cached_tokens"] >= before_appended // block * block
+
+
 def test_stored_response_holds_all_outputs_and_tool_results(server: LabkitServer, run: Run) -> None:
     rid = run.response["id"]
     with httpx.Client(base_url=server.base_url, headers=auth_headers(), timeout=30) as http:

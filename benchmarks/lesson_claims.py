@@ -1,6 +1,7 @@
 """How often each notebook's checked claims hold: every notebook run N times, headless, claims counted.
 
     python benchmarks/lesson_claims.py [--runs 10] [--busy] [--json results.json] [--cells] [NOTEBOOK ...]
+    python benchmarks/lesson_claims.py --margins [--runs 3] [--busy] [--read results.json] [NOTEBOOK ...]
 
 A notebook states its lessons in Markdown and checks each one that depends on a measurement
 with ``lab.claim`` (``labkit/analysis/claims.py``), which leaves the verdict in the cell's
@@ -12,6 +13,11 @@ first sentence of a run where it did not hold. It also prints each notebook's ti
 the machine busy with another program for the whole time (what a browser drawing JupyterLab
 and a learner's other programs take from a 2-core laptop). Run it with the Python of the
 README's main environment (it needs the notebooks extra). It exits 1 if any claim failed.
+
+``--margins`` adds each claim's margin (how far from flipping, ``benchmarks/claim_margins.py``):
+on the cost model at CPU factors 0.3, 1 and 3 of this machine, and as measured in these runs
+(the least and the median margin read from their sentences). ``--runs 0`` prices the model
+only; ``--read`` takes the runs from a file an earlier ``--json`` wrote instead of running.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import claim_margins
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from labkit.analysis.claims import Claim, found
+from labkit.analysis.cpu_costs import CpuCosts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,13 +105,21 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every run's verdicts and times here")
     parser.add_argument("--cells", action="store_true", help="print each notebook's five slowest cells")
     parser.add_argument("--busy", action="store_true", help="keep one core busy meanwhile")
+    parser.add_argument("--margins", action="store_true", help="each claim's margin (model, runs)")
+    parser.add_argument("--read", type=Path, help="with --margins: the runs an earlier --json wrote")
     args = parser.parse_args()
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
+    if args.runs < (0 if args.margins else 1):
+        parser.error("--runs must be at least 1 (0 only with --margins: the model alone)")
+    if args.read and not args.margins:
+        parser.error("--read goes with --margins")
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
+    if args.margins and (args.read or args.runs == 0):
+        record = json.loads(args.read.read_text(encoding="utf-8")) if args.read else []
+        margins(paths, record)
+        return 0
 
     tallies: dict[str, dict[str, Tally]] = {p.name: defaultdict(Tally) for p in paths}
     times: dict[str, list[float]] = defaultdict(list)
@@ -120,7 +136,21 @@ def main() -> int:
     failed = _report(tallies, times, cells if args.cells else None, args.runs)
     if args.json:
         args.json.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    if args.margins:
+        margins(paths, record)
     return 1 if failed or errors else 0
+
+
+def margins(paths: list[Path], record: list[dict]) -> None:
+    """Each claim of these notebooks: its margin on the cost model at 0.3x, 1x and 3x this machine's
+    CPU, and (given runs) as the runs measured it; claims without a counterpart are named."""
+    cpu = CpuCosts.measure()
+    print(f"\nmargins (above zero: holds); this machine's {cpu.summary()}")
+    chosen = {p.name[:2] for p in paths}
+    rows = [row for row in claim_margins.sweep(cpu) if row["notebook"] in chosen]
+    claim_margins.report(rows, claim_margins.measured_margins(record) if record else None)
+    for gap in claim_margins.uncovered(paths):
+        print(f"no counterpart: {gap}")
 
 
 def _rounds(

@@ -6,7 +6,9 @@ papermill, nbclient) execute the same cells, accept the widget's messages and
 never draw. The probe is an empty widget whose front-end code sends one message
 back as soon as it is rendered, a fraction of a second in a live page; silence
 for ``PROBE_TIMEOUT_S`` means nobody draws, and the answer is kept for the rest
-of the kernel's life, so a headless run pays the wait once.
+of the kernel's life, so a headless run pays the wait once. The probe shows
+nothing either way: an empty view where widgets are drawn, an empty text where
+they are not (a headless run's saved copy holds no Python repr of it).
 
     if await draws_widgets():
         ...  # wait for the live figure to appear
@@ -67,6 +69,15 @@ def ask() -> None:
 
     class Probe(anywidget.AnyWidget):
         _esm = PROBE_ESM
+
+        def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict] | None:
+            # Where nothing draws widgets (a headless run, its HTML copy) the output's text is
+            # what shows: leave it empty, not the probe's Python repr.
+            shown = super()._repr_mimebundle_(**kwargs)
+            if shown is None:
+                return None
+            data, metadata = shown
+            return {**data, "text/plain": ""}, metadata
 
     probe = Probe()
     question = _Question(time.monotonic(), probe, None)

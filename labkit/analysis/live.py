@@ -110,7 +110,7 @@ class LivePlot:
             self._handle.update(widget)
 
     def _widget_of(self, figure: go.Figure) -> go.FigureWidget:
-        self.widget = go.FigureWidget(figure)
+        self.widget = go.FigureWidget(data=figure.data, layout=_widget_layout(figure))
         self.widget.observe(self._drawn, names=["_js2py_traceDeltas", "_js2py_layoutDelta"])
         return self.widget
 
@@ -155,7 +155,7 @@ class LivePlot:
         with widget.batch_update():
             for old, new in zip(widget.data, fresh, strict=False):
                 old.update(new.to_plotly_json(), overwrite=True)
-            widget.layout.update(self.figure.layout.to_plotly_json(), overwrite=True)
+            widget.layout.update(_widget_layout(self.figure), overwrite=True)
         if len(fresh) > len(widget.data):
             widget.add_traces(list(fresh[len(widget.data) :]))
         self.updates += 1
@@ -169,6 +169,25 @@ class LivePlot:
         if self._handle is not None and not self.drawn:
             self._handle.update(static(self.figure))
         return self.figure
+
+
+def _widget_layout(figure: go.Figure) -> dict[str, Any]:
+    """The figure's layout as the live widget takes it: a log axis without automatic margins.
+
+    In plotly's widget a log axis with automatic margins (plotly's default template turns them
+    on) draws but never finishes its first draw (plotly.js redraws such margins in a loop, its
+    issue 4572): the widget never reports being drawn, so ``shown`` would wait out its timeout
+    and ``finish`` would swap the live figure for a static copy. labkit's figures set their
+    margins (``labkit.analysis.style.layout``); the static copy keeps the figure as drawn.
+
+    >>> _widget_layout(go.Figure(layout={"yaxis_type": "log"}))["yaxis"]
+    {'type': 'log', 'automargin': False}
+    """
+    layout = figure.layout.to_plotly_json()
+    for name, axis in layout.items():
+        if name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict) and axis.get("type") == "log":
+            layout[name] = {**axis, "automargin": False}
+    return layout
 
 
 async def shown(*plots: LivePlot, timeout: float = DRAW_TIMEOUT_S) -> None:

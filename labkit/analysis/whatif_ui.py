@@ -15,6 +15,7 @@ realised by a run: while it is moved, the button waits.
     lab_ui.baseline.value = "sprint"              # savings against the sprint
     lab_ui.measure_button.click()                 # measures in the background
     await lab_ui.done()                           # (in a notebook cell, to wait for it)
+    lab_ui.measured_rollouts["websocket"]         # each design's measured rollout, as a frame
 """
 
 from __future__ import annotations
@@ -99,11 +100,11 @@ class WhatIfLab:
         self,
         settings: whatif.Settings | None = None,
         cpu: CpuCosts | None = None,
-        measure: Callable[..., pd.DataFrame] = whatif.measure,
+        measure: Callable[..., pd.DataFrame] | None = None,
     ) -> None:
         start = settings or whatif.PRESETS["fast coding model (1,000 tokens/s)"]
         self.cpu = cpu or CpuCosts.measure()
-        self._measure = measure
+        self._measure = measure or self._measure_rollouts
         self.controls = {f.name: _control(f.name, getattr(start, f.name)) for f in fields(whatif.Settings)}
         self.preset = widgets.Dropdown(
             options=[*whatif.PRESETS, CUSTOM], value=_preset_of(start), description="preset"
@@ -132,6 +133,10 @@ class WhatIfLab:
         self.predicted: pd.DataFrame | None = None
         self.measured: pd.DataFrame | None = None
         self.measured_at: whatif.Settings | None = None
+        # The measured point's rollouts, by design (``lab.saving`` reads them turn by turn); kept
+        # when the lab measures with ``whatif.measure_rollouts``, its default.
+        self.measured_rollouts: dict[str, pd.DataFrame] | None = None
+        self._rollouts: dict[str, pd.DataFrame] | None = None
         self.task = Background("labkit-what-if")
         self._quiet = False  # while a preset sets several controls, redraw once at the end
         self._paused = False  # while a cell tries settings out (``paused``), the figures wait
@@ -264,12 +269,18 @@ class WhatIfLab:
         self.progress.value, self.status.value = 0, "starting"
         self.task.start(lambda: self._measure(settings, progress=progress), finished)
 
+    def _measure_rollouts(self, settings: whatif.Settings, progress: Callable[..., None]) -> pd.DataFrame:
+        """The default measurement: the rollouts, kept for ``measured_rollouts``, and their table."""
+        self._rollouts = whatif.measure_rollouts(settings, progress=progress)
+        return whatif.measured_table(self._rollouts)
+
     def _progress(self, done: int, total: int, what: str) -> None:
         self.progress.max, self.progress.value, self.status.value = total, done, what
 
     def _finished(self, measured: pd.DataFrame | None, settings: whatif.Settings, message: str) -> None:
         if measured is not None:
             self.measured, self.measured_at = measured, settings
+            self.measured_rollouts, self._rollouts = self._rollouts, None
         self.status.value = message
         self._enable(True)
         self.refresh()
@@ -285,19 +296,21 @@ class WhatIfLab:
         self.task.wait(timeout)
 
     async def shown(self, timeout: float = 20.0) -> bool:
-        """Wait (``await lab_ui.shown()``) until a browser has a view of each of the lab's figures,
-        and a moment more for them to draw: in a page still loading plotly, a figure redrawn
-        before its view is up can stay blank. The figures' live widgets are made here if the lab
-        was built before the kernel knew that a front end draws them (``LivePlot.go_live``).
-        Where nothing draws widgets, it returns at once, and the lab holds no figure widget."""
+        """Wait (``await lab_ui.shown()``) until a browser shows each of the lab's figures, and a
+        moment more for them to draw: in a page still loading plotly, a figure redrawn before its
+        view is up can stay blank. The figures' live widgets are made here if the lab was built
+        before the kernel knew that a front end draws them (``LivePlot.go_live``). Where nothing
+        draws widgets, it returns at once, and the lab holds no figure widget."""
         if not await frontend.draws_widgets():
             return False
-        figures = [plot.go_live() for plot in (self.predictions, self.mechanisms, self.curve, self.breakdown)]
+        plots = (self.predictions, self.mechanisms, self.curve, self.breakdown)
+        for plot in plots:
+            plot.go_live()
         deadline = time.monotonic() + timeout
-        while not all(figure._view_count for figure in figures) and time.monotonic() < deadline:
+        while not all(map(_on_screen, plots)) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)  # the kernel reads the browser's messages meanwhile
         await asyncio.sleep(SETTLE_S)
-        return all(figure._view_count for figure in figures)
+        return all(map(_on_screen, plots))
 
     def static_figures(self) -> list[StaticFigure]:
         """Where no front end draws widgets (a headless run, an HTML export), the lab's four
@@ -314,6 +327,15 @@ class WhatIfLab:
     async def done(self, timeout: float = 120.0) -> None:
         """Wait in a notebook cell for the measurement to finish, the kernel serving the page."""
         await self.task.done(timeout)
+
+
+def _on_screen(plot: LivePlot) -> bool:
+    """Whether a browser shows the plot's live widget. JupyterLab says so in one of two ways, not
+    always both (measured with plotly 7 in JupyterLab 4.6): plotly.js reports the first draw
+    (``LivePlot.drawn``), or the widget manager counts a view; waiting for one sign alone waited
+    out the timeout for half the lab's figures."""
+    widget = plot.widget
+    return plot.drawn or bool(widget is not None and widget._view_count)
 
 
 def _preset_of(settings: whatif.Settings) -> str:

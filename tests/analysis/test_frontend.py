@@ -87,3 +87,12 @@ async def _timed(answer: Any) -> tuple[bool, float]:
     start = time.monotonic()
     result = await answer
     return result, time.monotonic() - start
+
+
+def test_the_probe_shows_no_python_repr_where_nothing_draws_widgets(in_a_kernel: list[Any]) -> None:
+    """A headless run saves the probe's output as text: it must be empty, never
+    ``<labkit.analysis.frontend.ask.<locals>.Probe object at 0x…>``."""
+    frontend.ask()
+    data, _metadata = in_a_kernel[0]._repr_mimebundle_()
+    assert data["text/plain"] == ""
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == in_a_kernel[0].model_id

@@ -172,7 +172,7 @@ def test_server_that_does_not_start(
     assert "labkit serve --profile nope" in fix
 
 
-@pytest.mark.parametrize(("ms", "effect"), [(0.75, "about the same"), (2.0, "larger"), (0.3, "smaller")])
+@pytest.mark.parametrize(("ms", "effect"), [(0.43, "about the same"), (1.2, "larger"), (0.2, "smaller")])
 def test_cpu_compared_with_the_reference(ms: float, effect: str) -> None:
     meaning = doctor.compare_cpu(ms)
     assert meaning.startswith(f"about {ms / doctor.REFERENCE_MS_PER_1K:.1f}× the reference machine's")

@@ -7,16 +7,17 @@ billing hop make labkit's cost model give those outcomes on the default rollout 
 tokens/s? No source says what the integrators measured against: labkit reads it as the HTTP
 API after the sprint, and the fit file gives the other reading (the API before it) beside it.
 
-The figures are not one workload's: the fit uses OpenAI's two (one effort on one traffic)
-and holds the integrators' three out, reporting what it predicts for them. The modules, in
-the order a fit runs:
+The figures are not one workload's: the fit uses OpenAI's two and holds the integrators'
+three out, reporting what it predicts for them. The modules, in the order a fit runs:
 
 - ``inputs``: the fit file read and checked (figures, readings, priors, bounds, fixed inputs);
 - ``outcomes``: a setting of the unknowns priced by the cost model into the outcomes;
 - ``solver``: bounded least squares;
 - ``result``: the fit, its residuals and what the figures cannot pin down;
 - ``report``, ``profile_file`` and ``plot``: the fit as ``labkit fit`` prints it, the profile it
-  writes, and fits' residuals side by side as a figure.
+  writes, and fits' residuals side by side as a figure;
+- ``laptop`` and ``check``: the fitted delays priced on another machine (a learner's laptop, as
+  a run there measures it), and a run of the fitted profile set beside that prediction.
 
     >>> fit = fit_articles()
     >>> list(fit.residuals["role"])

@@ -22,11 +22,28 @@ client dropping its socket on the reconnect turns), and returns what it measured
 """
 
 from labkit.analysis.cost_model import CpuCosts
-from labkit.analysis.whatif.measure import CLEARLY_APART, Ordering, against, comparison_table, measure
-from labkit.analysis.whatif.mechanisms import MECHANISMS, Mechanism, mechanism_savings, mechanism_table
+from labkit.analysis.whatif.as_run import run_frame
+from labkit.analysis.whatif.measure import (
+    CLEARLY_APART,
+    Ordering,
+    against,
+    comparison_table,
+    measure,
+    measure_rollouts,
+    measured_table,
+)
+from labkit.analysis.whatif.mechanisms import (
+    MECHANISMS,
+    Mechanism,
+    crossover,
+    largest_by_cpu,
+    mechanism_savings,
+    mechanism_table,
+)
 from labkit.analysis.whatif.predictions import (
     breakdown,
     predict,
+    predicted_rollouts,
     prediction_table,
     saving_curve,
     speed_where_saving_falls_below,
@@ -57,12 +74,18 @@ __all__ = [
     "against",
     "breakdown",
     "comparison_table",
+    "crossover",
+    "largest_by_cpu",
     "measure",
+    "measure_rollouts",
+    "measured_table",
     "mechanism_savings",
     "mechanism_table",
     "predict",
+    "predicted_rollouts",
     "prediction_table",
     "reconnect_turns",
+    "run_frame",
     "saving_column",
     "saving_curve",
     "speed_where_saving_falls_below",

@@ -4,7 +4,7 @@ design, and the measurement set beside the cost model's prediction."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,13 +21,25 @@ def measure(
     designs: Sequence[str] = tuple(DESIGNS),
     progress: Callable[[int, int, str], None] | None = None,
 ) -> pd.DataFrame:
+    """Run the point for real (``measure_rollouts``) and return per design ``e2e_s`` and
+    ``ttft_mean_s``, as ``labkit.analysis.metrics`` measures them (``measured_table``).
+    A point with a model-only setting moved (``Settings.model_only``) is refused: no run here
+    realises it, so nothing measured would be that point."""
+    return measured_table(measure_rollouts(settings, designs, progress))
+
+
+def measure_rollouts(
+    settings: Settings,
+    designs: Sequence[str] = tuple(DESIGNS),
+    progress: Callable[[int, int, str], None] | None = None,
+) -> dict[str, pd.DataFrame]:
     """Run the point for real: a server with these settings' profile and model, one synthetic
-    rollout of this shape per design, the designs taking turns turn by turn.
+    rollout of this shape per design, the designs taking turns turn by turn. Returns each
+    design's rollout frame, which ``labkit.analysis.paired.saving`` compares turn by turn.
     ``progress(done, total, what)`` is called along the way.
 
-    Returns per design ``e2e_s`` and ``ttft_mean_s``, as ``labkit.analysis.metrics`` measures them.
-    A point with a model-only setting moved (``Settings.model_only``) is refused: no run here
-    realises it, so nothing measured would be that point.
+        frames = measure_rollouts(replace(Settings(), turns=8), ["sprint", "websocket"])
+        saving(frames["sprint"], frames["websocket"], column="wall").ms_shown()   # e.g. '23 ± 2 ms'
     """
     from labkit.client.agent import take_turns
     from labkit.client.launcher import LabkitServer
@@ -57,11 +69,20 @@ def measure(
             for done, played in enumerate(rounds, start=1):
                 say(min(done, total - 1), total, f"turn {done} of every design")
                 rollouts = played
-        rows = []
-        for design, rollout in rollouts.items():
-            result = summary(rollout.frame())
-            rows.append({"design": design, **{k: result[k] for k in ("e2e_s", "ttft_mean_s")}})
+        frames = {design: rollout.frame() for design, rollout in rollouts.items()}
         say(total, total, "done")
+    return frames
+
+
+def measured_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per design, ``e2e_s`` and ``ttft_mean_s`` of its measured rollout (``metrics.summary``).
+
+        measured_table(measure_rollouts(settings))   # design, e2e_s, ttft_mean_s: one row each
+    """
+    rows = []
+    for design, frame in frames.items():
+        result = summary(frame)
+        rows.append({"design": design, **{k: result[k] for k in ("e2e_s", "ttft_mean_s")}})
     return pd.DataFrame(rows)
 
 
@@ -83,10 +104,10 @@ def comparison_table(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.Data
         {
             "end to end, predicted (s)": both["e2e_s_predicted"],
             "end to end, measured (s)": both["e2e_s_measured"],
-            "end to end, model off by": both["e2e_s_error"],
+            "end to end, model off by (%)": both["e2e_s_error"],
             "mean TTFT, predicted (ms)": both["ttft_mean_s_predicted"] * 1000,
             "mean TTFT, measured (ms)": both["ttft_mean_s_measured"] * 1000,
-            "mean TTFT, model off by": both["ttft_mean_s_error"],
+            "mean TTFT, model off by (%)": both["ttft_mean_s_error"],
         }
     )
 

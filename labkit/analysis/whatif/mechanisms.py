@@ -4,6 +4,9 @@ the ones before it in the articles' order, priced by the cost model."""
 from __future__ import annotations
 
 import itertools
+import math
+import textwrap
+from dataclasses import replace
 from typing import NamedTuple
 
 import pandas as pd
@@ -67,3 +70,70 @@ def mechanism_table(mechanisms: pd.DataFrame, baseline: str = "naive") -> pd.Dat
     return pd.DataFrame(
         {"part of": rows["part_of"], "saved (s)": rows["saved_s"], saved(baseline): rows["saving"]}
     )
+
+
+def crossover(
+    settings: Settings, cpu: CpuCosts, rising: str = "connection cache", steady: str = "fast classifiers"
+) -> float | None:
+    """The CPU factor (``Settings.cpu_factor``: this machine's CPU costs times it) at which two
+    mechanisms save the same, against naive; None if they never do at a positive factor.
+
+    Every CPU cost scales with the factor and nothing else does, so each mechanism's saving is a
+    straight line in it: two prices find where two lines meet.
+
+    >>> from labkit.analysis.whatif import PRESETS
+    >>> where = crossover(PRESETS["fast coding model (1,000 tokens/s)"], CpuCosts())
+    >>> 0 < where < 5
+    True
+    """
+
+    def gap(factor: float) -> float:
+        table = mechanism_savings(replace(settings, cpu_factor=factor), cpu).set_index("mechanism")["saved_s"]
+        return float(table[rising] - table[steady])
+
+    at_1, at_2 = gap(1.0), gap(2.0)
+    if math.isclose(at_1, at_2, abs_tol=1e-9):
+        return None
+    where = 1.0 - at_1 / (at_2 - at_1)
+    return where if where > 0 else None
+
+
+def largest_by_cpu(settings: Settings, cpu: CpuCosts) -> str:
+    """In words, for these settings: which mechanism saves the most on this CPU, and where the
+    connection cache and the fast classifiers trade places as the CPU gets slower or faster.
+
+    >>> from labkit.analysis.whatif import PRESETS
+    >>> said = largest_by_cpu(PRESETS["fast coding model (1,000 tokens/s)"], CpuCosts())
+    >>> "on a slower CPU the connection" in said.replace("\\n", " ")
+    True
+    """
+    saved = mechanism_savings(settings, cpu).set_index("mechanism")["saved_s"]
+    largest, per_1k = saved.idxmax(), cpu.per_1k_ms * settings.cpu_factor
+    two = ("connection cache", "fast classifiers")
+    others = [m for m in two if m != largest]
+    said = (
+        f"At CPU time × {settings.cpu_factor:g} ({per_1k:.2f} ms per 1k tokens scanned and tokenized) the "
+        f"model's largest single saving is the {largest} row, {saved[largest]:.2f} s; "
+        + ", ".join(f"the {m} saves {saved[m]:.2f} s" for m in others)
+        + "."
+    )
+    where = crossover(settings, cpu)
+    if where is None:
+        trade = "Those two do not trade places at any CPU speed."
+    else:
+        slower = "connection cache" if _saving_at(settings, cpu, 2 * where) else "fast classifiers"
+        faster = "fast classifiers" if slower == "connection cache" else "connection cache"
+        trade = (
+            f"Those two save the same at CPU time × {where:.2f} ({cpu.per_1k_ms * where:.2f} ms per 1k "
+            f"tokens): on a slower CPU the {slower} saves more, on a faster one the {faster}."
+        )
+    return "\n".join(textwrap.fill(sentence, WIDTH) for sentence in (said, trade))
+
+
+WIDTH = 100  # characters of a printed line: a notebook's output does not wrap
+
+
+def _saving_at(settings: Settings, cpu: CpuCosts, factor: float) -> bool:
+    """Whether the connection cache saves more than the fast classifiers at ``factor``."""
+    table = mechanism_savings(replace(settings, cpu_factor=factor), cpu).set_index("mechanism")["saved_s"]
+    return bool(table["connection cache"] > table["fast classifiers"])

@@ -12,6 +12,7 @@ import pandas as pd
 from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
 from labkit.analysis.cost_model import predict as price
 from labkit.analysis.tables import E2E, TTFT, saved
+from labkit.analysis.whatif.as_run import run_frame
 from labkit.analysis.whatif.settings import BASELINES, RANGES, Settings, saving_column
 from labkit.api.stages import bucket_of
 from labkit.designs import DESIGNS
@@ -57,6 +58,19 @@ def _price(
         cpu=settings.cpu(cpu),
         reconnects=settings.reconnects(),
     )
+
+
+def predicted_rollouts(settings: Settings, cpu: CpuCosts, designs: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Each design's predicted rollout laid out as a measured one's frame (``as_run.run_frame``), so
+    ``labkit.analysis.paired.saving`` compares two predictions turn by turn as it does two runs.
+
+    >>> from labkit.analysis.paired import saving
+    >>> both = predicted_rollouts(Settings(turns=4), CpuCosts(), ["sprint", "websocket"])
+    >>> saving(both["sprint"], both["websocket"], column="wall").ms > 0
+    True
+    """
+    shape = settings.shape()
+    return {design: run_frame(_price(settings, design, cpu, shape=shape), shape) for design in designs}
 
 
 def breakdown(settings: Settings, design: str, cpu: CpuCosts) -> pd.DataFrame:

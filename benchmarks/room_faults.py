@@ -6,7 +6,13 @@ is the server's own work) once per fault, and measures from outside, as a client
 - **database locked**: another process holds the SQLite file's write lock for ``LOCK_S``; a
   ``store: true`` create is sent first (it needs the file), then ``/healthz`` and ``store:
   false`` creates are timed (the first of these pays the ledger's wait for the lock: its charge
-  is kept for later), against the same requests without the lock;
+  is kept for later), against the same requests without the lock; then reads of what was stored
+  before the lock: ``GET /v1/responses/{id}``, its ``input_items``, and a ``store: false``
+  follow-up through ``previous_response_id`` (history hydration);
+- **descriptors**: ``PILE_UP`` connections each send a request line and one header, then
+  nothing, to a server started with a soft limit of ``SOFT_LIMIT`` open files (the hard one as
+  the system allows, then also ``SOFT_LIMIT``); then a new client's ``/healthz`` is timed, and
+  ``WATCH_S`` after the pile-up, how many of the half-sent requests the server has closed;
 - **disk full**: the server's ``RLIMIT_FSIZE`` is lowered to one byte (``prlimit``, on the
   child only) while 96 WebSocket responses finish and queue their charges behind a 300 ms
   billing service; then SIGTERM, and the time until the process has exited (killed after
@@ -28,6 +34,7 @@ import contextlib
 import json
 import re
 import resource
+import selectors
 import socket
 import statistics
 import subprocess
@@ -56,6 +63,11 @@ PROBE_EVERY_S = 0.01  # how often /healthz is asked during the flood
 PING_FLOOD_BYTES = 50 * 1024 * 1024
 FRAGMENTS = 1_000_000
 SEND_STALL_S = 2.0  # a send that makes no progress this long: the server stopped reading
+PILE_UP = 1_076  # half-sent requests, as many as in the report that found the problem
+SOFT_LIMIT = 1_024  # open files: the soft limit most Linux sessions start with
+HALF_HEAD = b"POST /v1/responses HTTP/1.1\r\nHost: labkit\r\n"  # a request line and one header
+WATCH_S = 8.0  # after the pile-up, when the closed half-sent requests are counted
+PROBE_BOUND_S = 30.0  # a /healthz still unanswered then: "no answer"
 HOLDER = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
@@ -87,11 +99,14 @@ def locked_database(tmp: Path) -> list[tuple[str, str]]:
         httpx.Client(timeout=60, headers={"Authorization": f"Bearer {KEY}"}) as http,
     ):
         root = server.base_url.removesuffix("/v1")
-        create(http, server.base_url, store=True)
+        body = {"model": MODEL, "input": "Say hello.", "store": True}
+        stored_id = http.post(f"{server.base_url}/responses", json=body).json()["id"]
+        reads = _stored_reads(http, server.base_url, stored_id)
         health = statistics.median(timed(lambda: http.get(f"{root}/healthz"))[0] for _ in range(SAMPLES))
         unstored = statistics.median(
             timed(lambda: create(http, server.base_url, False))[0] for _ in range(SAMPLES)
         )
+        read_alone = {name: statistics.median(timed(read)[0] for _ in range(SAMPLES)) for name, read in reads}
         holder = subprocess.Popen(
             [sys.executable, "-c", HOLDER, str(db), str(LOCK_S)], stdout=subprocess.PIPE, text=True
         )
@@ -105,6 +120,7 @@ def locked_database(tmp: Path) -> list[tuple[str, str]]:
             )
             waiting.start()
             time.sleep(0.3)  # the store=true create is past its model work and waits for the file
+            read_locked = _at_once(reads)  # while that create waits
             health_locked, _ = timed(lambda: http.get(f"{root}/healthz"))
             locked = [timed(lambda: create(http, server.base_url, False)) for _ in range(SAMPLES)]
             waiting.join(60)
@@ -119,7 +135,42 @@ def locked_database(tmp: Path) -> list[tuple[str, str]]:
             f"({', '.join(str(status) for _, status in locked)})",
         ),
         ("store=true create while locked", f"{stored_status} after {_ms(stored_s)}"),
+        *(
+            (
+                f"{name} (median alone / while locked, behind the waiting store=true create)",
+                f"{_ms(read_alone[name])} / {read_locked[name][1]} after {_ms(read_locked[name][0])}",
+            )
+            for name, _ in reads
+        ),
     ]
+
+
+def _stored_reads(http: httpx.Client, base_url: str, stored_id: str) -> list[tuple[str, Callable[[], int]]]:
+    """The reads of a response stored before the lock, each returning its status."""
+    follow_up = {"model": MODEL, "input": "And again.", "store": False, "previous_response_id": stored_id}
+    stored = f"{base_url}/responses/{stored_id}"
+    return [
+        ("GET /v1/responses/{id}", lambda: http.get(stored).status_code),
+        ("GET its input_items", lambda: http.get(f"{stored}/input_items").status_code),
+        (
+            "store=false follow-up by previous_response_id",
+            lambda: http.post(f"{base_url}/responses", json=follow_up).status_code,
+        ),
+    ]
+
+
+def _at_once(calls: list[tuple[str, Callable[[], int]]]) -> dict[str, tuple[float, int]]:
+    """Each call timed, all started together (one thread each): none waits for another."""
+    results: dict[str, tuple[float, int]] = {}
+    threads = [
+        threading.Thread(target=lambda name=name, call=call: results.__setitem__(name, timed(call)))
+        for name, call in calls
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results
 
 
 # ---------------------------------------------------------------- the disk full, then SIGTERM
@@ -236,6 +287,91 @@ def _send_all(sock: socket.socket, data: bytes) -> None:
         sock.sendall(data)
 
 
+# ---------------------------------------------------------------- half-sent requests piling up
+
+
+def descriptor_pile_up(tmp: Path) -> list[tuple[str, str]]:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this side holds PILE_UP sockets too
+    rows = []
+    for hard_too in (False, True):
+        with _started_with_soft_limit(tmp, SOFT_LIMIT) as server:
+            pid = server.processes()[0]
+            if hard_too:  # as on a system whose hard limit is the same: the server cannot raise it
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, (SOFT_LIMIT, SOFT_LIMIT))
+            soft = resource.prlimit(pid, resource.RLIMIT_NOFILE)[0]
+            before = _peak_kb(pid)
+            answered, closed = _healthz_under_pile_up(server)
+            grown_mb = (_peak_kb(pid) - before) / 1024
+        which = f"hard {SOFT_LIMIT:,} too" if hard_too else "hard as the system allows"
+        rows.append(
+            (
+                f"/healthz under {PILE_UP:,} half-sent requests (started with soft {SOFT_LIMIT:,}, {which}; "
+                f"serving with {soft:,})",
+                answered,
+            )
+        )
+        rows.append((f"half-sent requests the server had closed {WATCH_S:g} s after the pile-up", closed))
+        rows.append(("the server's peak RSS growth meanwhile", f"{grown_mb:.1f} MB"))
+    return rows
+
+
+@contextlib.contextmanager
+def _started_with_soft_limit(tmp: Path, soft: int) -> Iterator[LabkitServer]:
+    """``labkit serve`` started with ``soft`` open files as its soft limit (inherited from here)."""
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, before[1]))
+    try:
+        server = LabkitServer(db=tmp / "descriptors.sqlite3", args=["--profile", "local"]).start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _healthz_under_pile_up(server: LabkitServer) -> tuple[str, str]:
+    """How long a new client's ``/healthz`` took once ``PILE_UP`` half-sent requests were open,
+    and how many of those the server had closed ``WATCH_S`` later."""
+    url = httpx.URL(server.base_url)
+    half_sent: list[socket.socket] = []
+    try:
+        for _ in range(PILE_UP):
+            sock = socket.create_connection((url.host, url.port), timeout=10)
+            sock.sendall(HALF_HEAD)
+            half_sent.append(sock)
+        piled_at = time.monotonic()
+        probe: list[str] = []
+
+        def ask() -> None:
+            try:
+                seconds, answer = timed(
+                    lambda: httpx.get(f"{server.base_url.removesuffix('/v1')}/healthz", timeout=PROBE_BOUND_S)
+                )
+                probe.append(f"{answer.status_code} after {_ms(seconds)}")
+            except httpx.TimeoutException:
+                probe.append(f"no answer in {PROBE_BOUND_S:g} s")
+
+        prober = threading.Thread(target=ask, daemon=True)
+        prober.start()
+        time.sleep(max(0.0, piled_at + WATCH_S - time.monotonic()))
+        closed = _closed_by_server(half_sent)
+        prober.join(PROBE_BOUND_S + 5)
+    finally:
+        for sock in half_sent:
+            sock.close()
+    return (probe[0] if probe else "no answer"), f"{closed:,} of {PILE_UP:,}"
+
+
+def _closed_by_server(socks: list[socket.socket]) -> int:
+    """How many of ``socks`` the server has answered or closed (readable now: an answer, or the end)."""
+    with selectors.DefaultSelector() as selector:  # epoll or kqueue: select() stops at 1,024
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        return len(selector.select(0))
+
+
 # ---------------------------------------------------------------- WebSocket pings and fragments
 
 
@@ -315,6 +451,7 @@ FAULTS = {
     "lock": locked_database,
     "disk": full_disk_shutdown,
     "flood": chunk_flood,
+    "descriptors": descriptor_pile_up,
     "websocket": websocket_memory,
 }
 

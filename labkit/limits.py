@@ -16,16 +16,35 @@ HEAD_TIMEOUT_S = 10.0  # for an HTTP request's line and headers to arrive; later
 MAX_FRAME_BYTES = 2 * 1024 * 1024  # a WebSocket frame; larger closes the socket (1009)
 MAX_OUTPUT_TOKENS = 32_768  # the longest answer the simulated model writes
 MAX_QUEUED_CREATES = 16  # creates waiting on one WebSocket connection
+# The frames a key's WebSocket connections hold unused (waiting creates, steering input, injected
+# or appended input), together: four connections' worth.
+MAX_HELD_BYTES_PER_KEY = 64 * 1024 * 1024
 MAX_UNREAD_BYTES = 1024 * 1024  # events a connection's client has not read; past it they are cut
-MAX_TRACES = 10_000  # responses whose spans are kept in memory
+MAX_TRACES = 10_000  # responses whose spans are kept (and finished ones' trace events, for the history)
+# Finished responses' trace events one server keeps in memory for the trace stream's history, their
+# JSON together (with --workers the shared file keeps them instead, --max-traces of them).
+MAX_TRACE_HISTORY_BYTES = 32 * 1024 * 1024
 WS_LIFETIME_S = 60 * 60  # how long a WebSocket connection may stay open
+# File descriptors kept free for new clients; once fewer are left, the server is short of them.
+DESCRIPTOR_RESERVE = 64
+HEAD_TIMEOUT_WHEN_SHORT_S = 1.0  # for a request's head to arrive while the server is short; later, a 408
 
 # Fixed: no flag sets these.
 MAX_BODY_CHUNKS = 4096  # the chunks of an HTTP request body (each costs the parser ~15 µs); more is a 413
-MAX_QUEUED_BYTES = 16 * 1024 * 1024  # the frames of a connection's waiting creates, together (at least)
+# The frames one WebSocket connection holds unused (waiting creates, steering input, injected or
+# appended input), together (at least: ``ServerLimits.max_queued_bytes``).
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
+# A refusal returns the input it refuses only if its JSON is at most this share of what a client may
+# leave unread: the most refusals one event causes at once (a response's 16 injects, returned
+# when it ends) then take at most half of it.
+ECHO_SHARE_OF_UNREAD = 32
 MAX_LANES = 32  # named lanes (``stream_id``) on one WebSocket connection
 MAX_IN_FLIGHT = 16  # responses running at once on one WebSocket connection
 MAX_PENDING_STEERS = 8  # steering inputs queued on one response, waiting to be committed
+# The soft limit on open files ``labkit serve`` raises itself to, if the hard limit allows (most
+# sessions start at 1,024): thousands of connections, and a bound on what half-sent requests hold
+# (about 3 KB each, benchmarks/room_faults.py: some 25 MB at most).
+OPEN_FILES_WANTED = 8192
 DB_BUSY_TIMEOUT_S = 2.0  # how long a statement waits for a lock on --db held elsewhere; past it, a 503
 
 
@@ -69,7 +88,24 @@ class ServerLimits:
         "responses are cut (WebSocket close 1008, SSE response.failed client_too_slow)",
     )
     max_traces: int = limit_field(
-        MAX_TRACES, "responses whose spans are kept in memory for /v1/labkit/traces"
+        MAX_TRACES,
+        "responses whose spans are kept for /v1/labkit/traces, and for the history of its stream",
+    )
+    max_trace_history_bytes: int = limit_field(
+        MAX_TRACE_HISTORY_BYTES,
+        "finished responses' trace events one server keeps in memory for the history of "
+        "/v1/labkit/traces/stream, their JSON together; the oldest go first (with --workers the "
+        "database file keeps --max-traces of them instead)",
+    )
+    descriptor_reserve: int = limit_field(
+        DESCRIPTOR_RESERVE,
+        "file descriptors kept free for new clients; once fewer are free, a request's line and headers "
+        "must arrive within the head timeout when short",
+    )
+    head_timeout_when_short_s: float = limit_field(
+        HEAD_TIMEOUT_WHEN_SHORT_S,
+        "how long an HTTP request's line and headers may take to arrive while fewer file descriptors "
+        "than the descriptor reserve are free; later is a 408 and a close",
     )
     max_connections_per_key: int | None = limit_field(
         None, "open WebSocket connections per key; more are refused with 429 (default: no cap)"
@@ -78,6 +114,12 @@ class ServerLimits:
         None,
         "requests in flight per key (HTTP requests and WebSocket responses); more are a 429 "
         "(default: no cap)",
+    )
+    max_held_bytes_per_key: int = limit_field(
+        MAX_HELD_BYTES_PER_KEY,
+        "bytes of frames a key's WebSocket connections hold unused, together (creates waiting, "
+        "steering input not yet committed, injected or appended input not yet taken); past it a "
+        "frame is refused (websocket_queue_full, or response.steer.failed too_many_pending_steers)",
     )
     max_slots_per_key: int | None = limit_field(
         None,
@@ -88,6 +130,17 @@ class ServerLimits:
 
     @property
     def max_queued_bytes(self) -> int:
-        """The frames a connection's waiting creates came in, together: room for two of the
-        largest frames, and at least ``MAX_QUEUED_BYTES``."""
+        """The frames one connection holds unused, together (creates waiting, steering input,
+        injected or appended input): room for two of the largest frames, and at least
+        ``MAX_QUEUED_BYTES``."""
         return max(2 * self.max_frame_bytes, MAX_QUEUED_BYTES)
+
+    @property
+    def max_echo_bytes(self) -> int:
+        """The most a refusal returns of the input it refuses, as JSON (``labkit.api.echo``): a
+        share of what a client may leave unread, so no refusal can cut a connection by itself.
+
+        >>> ServerLimits().max_echo_bytes
+        32768
+        """
+        return self.max_unread_bytes // ECHO_SHARE_OF_UNREAD

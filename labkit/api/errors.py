@@ -100,6 +100,25 @@ def model_not_found(message: str) -> APIError:
     return invalid_request(message, param="model", code="model_not_found")
 
 
+def context_length_exceeded(input_tokens: int, model: str, window: int, limit: int) -> APIError:
+    """400: the input is past what the model reads, its context window less the output's part.
+    The API's own sentence, then the counts (labkit's addition, so a learner sees how far over).
+
+    >>> err = context_length_exceeded(100_000, "labkit-spark", window=128_000, limit=95_232)
+    >>> err.status, err.code, err.param
+    (400, 'context_length_exceeded', 'input')
+    >>> err.message.split(". ")[-1][:58]
+    'The input is 100,000 tokens; labkit-spark reads at most 95'
+    """
+    return invalid_request(
+        "Your input exceeds the context window of this model. Please adjust your input and try again. "
+        f"The input is {input_tokens:,} tokens; {model} reads at most {limit:,} "
+        f"(its {window:,}-token window less {window - limit:,} kept for the output).",
+        param="input",
+        code="context_length_exceeded",
+    )
+
+
 def authentication_error(message: str = "Incorrect API key provided.") -> APIError:
     return APIError(401, message, type="authentication_error", code="invalid_api_key")
 

@@ -12,8 +12,10 @@ input item, checked as a create's. The answers:
 - ``response.inject.created``: every item was validated and committed to the response (it is
   one of the response's events, numbered in its sequence: ``ResponseEvents.inject_created``);
 - ``response.inject.failed``: the response has finished (``response_already_completed``) or is
-  none this connection runs (``response_not_found``); the input comes back as it was sent, and
-  the event is numbered in the connection's own sequence, with the steering events.
+  none this connection runs (``response_not_found``); the input comes back as it was sent (an
+  empty list if its JSON is past the server's echo bound, the message saying so:
+  ``labkit.api.echo``), and the event is numbered in the connection's own sequence, with the
+  steering events.
 
 An item the checks refuse (malformed, an output that answers no call, a compaction item sealed
 for another key) is answered as it would be in a create: an ``error`` event that names it. The
@@ -33,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from labkit.api import echo
 from labkit.api import event_types as types
 from labkit.api.errors import invalid_request
 from labkit.api.items import Item
@@ -95,15 +98,32 @@ def answered(items: Iterable[Item]) -> set[str]:
 
 
 def failed(
-    code: str, message: str, response_id: str, raw_input: list[Any], number: int, stream_id: str | None
+    code: str,
+    message: str,
+    response_id: str,
+    raw_input: list[Any],
+    number: int,
+    stream_id: str | None,
+    *,
+    echo_limit: int,
 ) -> dict[str, Any]:
     """``response.inject.failed``: why the input was not committed, and the input as it was sent
-    (the lane's ``stream_id`` when the response ran on a named one)."""
+    if its JSON fits in ``echo_limit`` characters (the lane's ``stream_id`` when the response ran
+    on a named one).
+
+    >>> failed("response_not_found", "No such response.", "resp_1", [{"type": "x"}] * 99, 0, None,
+    ...        echo_limit=100)["input"]
+    []
+    """
+    sent = echo.size(raw_input)
+    shown = raw_input if sent <= echo_limit else []
+    if sent > echo_limit:
+        message = f"{message} {echo.not_returned(sent, echo_limit)}"
     event: dict[str, Any] = {
         "type": types.INJECT_FAILED,
         "error": {"code": code, "message": message},
-        "input": raw_input,
-        "response_id": response_id,
+        "input": shown,
+        "response_id": echo.clip(response_id, echo.MAX_ID_CHARS),
         "sequence_number": number,
     }
     if stream_id is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -84,6 +85,7 @@ class CreateBody(BaseModel):
     service_tier: ServiceTier | None = None
     metadata: dict[str, str] | None = None
     parallel_tool_calls: bool | None = True
+    # Past the model's window: "auto" drops the oldest items, else a 400 (labkit.server.context_window).
     truncation: Literal["auto", "disabled"] | None = None
     include: list[str] | None = None
     reasoning: dict[str, Any] | None = None
@@ -104,20 +106,21 @@ class CreateBody(BaseModel):
 
 
 class CreateRequest:
-    """A validated create request: the body's fields plus normalized items and tools, and the
-    prompt size past which the response compacts first (``context_management``), if any."""
+    """A validated create request: the body's fields plus normalized items and tools, and
+    ``compaction``: whether the response compacts first once its prompt is past a threshold
+    (``context_management``), and that threshold if the request gave one."""
 
     def __init__(
         self,
         body: CreateBody,
         items: list[dict[str, Any]],
         tools: list[dict[str, Any]],
-        compact_threshold: int | None = None,
+        compaction: Compaction | None = None,
     ):
         self.body = body
         self.items = items
         self.tools = tools
-        self.compact_threshold = compact_threshold
+        self.compaction = compaction
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.body, name)
@@ -138,6 +141,9 @@ class CompactBody(BaseModel):
     previous_response_id: str | None = None
     instructions: str | None = None
     prompt_cache_key: str | None = None
+    # Read as a create reads them (the same types, the same errors) and echoed in the answer.
+    safety_identifier: str | None = None
+    service_tier: ServiceTier | None = None
 
 
 class CompactRequest:
@@ -214,25 +220,28 @@ def parse_create(raw: Any) -> CreateRequest:
     tools = [parse_tool(raw_tool, f"tools[{i}]") for i, raw_tool in enumerate(body.tools or [])]
     if body.metadata is not None:
         check_metadata(body.metadata)
-    return CreateRequest(body, items, tools, compact_threshold(body.context_management))
+    return CreateRequest(body, items, tools, compaction(body.context_management))
 
 
-# The prompt size past which a response compacts first, when ``context_management`` names
-# compaction without a ``compact_threshold`` (labkit's choice: the SDK leaves it to the server).
-DEFAULT_COMPACT_THRESHOLD = 100_000
+@dataclass(frozen=True)
+class Compaction:
+    """``context_management``'s compaction: past ``threshold`` prompt tokens the response compacts
+    first. Without one, the model's own (``ModelSpec.compact_threshold``: a share of its input
+    limit, labkit's choice, as the SDK leaves it to the server)."""
+
+    threshold: int | None = None
 
 
-def compact_threshold(entries: list[Any] | None) -> int | None:
-    """The prompt size (tokens) past which a response compacts first: ``context_management``'s one
-    ``compaction`` entry, or None. Any other entry type is refused.
+def compaction(entries: list[Any] | None) -> Compaction | None:
+    """``context_management``'s one ``compaction`` entry, or None. Any other entry type is refused.
 
-    >>> compact_threshold([{"type": "compaction", "compact_threshold": 5000}])
-    5000
-    >>> compact_threshold([{"type": "truncation"}])  # doctest: +ELLIPSIS
+    >>> compaction([{"type": "compaction", "compact_threshold": 5000}]), compaction([{"type": "compaction"}])
+    (Compaction(threshold=5000), Compaction(threshold=None))
+    >>> compaction([{"type": "truncation"}])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     labkit.api.errors.APIError: Invalid value for 'context_management[0].type': ... only 'compaction'.
     """
-    threshold = None
+    found = None
     for i, entry in enumerate(entries or []):
         param = f"context_management[{i}]"
         if not isinstance(entry, dict):
@@ -253,24 +262,21 @@ def compact_threshold(entries: list[Any] | None) -> int | None:
                 param=f"{param}.type",
                 code="invalid_value",
             )
-        if threshold is not None:
+        if found is not None:
             raise invalid_request(
                 f"Invalid value for '{param}': only one 'compaction' entry is allowed.",
                 param=param,
                 code="invalid_value",
             )
         value = entry.get("compact_threshold")
-        if value is None:
-            threshold = DEFAULT_COMPACT_THRESHOLD
-        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise invalid_request(
                 f"Invalid value for '{param}.compact_threshold': expected a positive integer.",
                 param=f"{param}.compact_threshold",
                 code="invalid_value",
             )
-        else:
-            threshold = value
-    return threshold
+        found = Compaction(value)
+    return found
 
 
 # The OpenAI API's limits on metadata: 16 pairs, keys up to 64 characters, values up to 512.

@@ -13,7 +13,10 @@ connection decides what becomes of it (``labkit.server.connection``). The answer
 - ``response.steer.pending``: the target stopped for client-owned tool output, so the input
   waits for the client's next ``response.create`` on that parent (``required_input`` names the
   calls to answer);
-- ``response.steer.failed``: refused or not committed, the input returned as it was sent.
+- ``response.steer.failed``: refused or not committed, the input returned as it was sent, in
+  the shape the SDK's event type takes (user messages given their ``type``). A refusal costs a
+  bounded number of bytes (``labkit.api.echo``): an input that is not steering input, or whose
+  JSON is past the server's echo bound, comes back empty, and the message says why.
 
 Steering events are numbered in a sequence of their own per connection (the SDK leaves it
 open): they are not part of any one response's events.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from labkit.api import echo
 from labkit.api import event_types as types
 from labkit.api.items import Item
 
@@ -69,12 +73,20 @@ def parse_steer(payload: dict[str, Any]) -> tuple[str, list[Item]]:
     target = payload.get("previous_response_id")
     if not isinstance(target, str) or not target:
         raise SteerRefused("'previous_response_id' must name the response to steer.")
-    raw = payload.get("input")
+    return target, parse_input(payload.get("input"))
+
+
+def parse_input(raw: Any) -> list[Item]:
+    """Steering input as items; ``SteerRefused`` (``invalid_input``) if it is none.
+
+    >>> parse_input([{"role": "user", "content": "Stop."}])
+    [{'type': 'message', 'role': 'user', 'content': 'Stop.'}]
+    """
     if isinstance(raw, str) and raw:
-        return target, [{"type": "message", "role": "user", "content": raw}]
+        return [{"type": "message", "role": "user", "content": raw}]
     if not isinstance(raw, list) or not raw:
         raise SteerRefused("'input' must be a string or a non-empty list of user messages.")
-    return target, [_message(item, f"input[{i}]") for i, item in enumerate(raw)]
+    return [_message(item, f"input[{i}]") for i, item in enumerate(raw)]
 
 
 def _message(item: Any, where: str) -> Item:
@@ -129,6 +141,27 @@ def pending(
     return _lane(event, stream_id)
 
 
+def returned(raw_input: Any, limit: int) -> tuple[Any, str | None]:
+    """What a ``response.steer.failed`` returns of the input, and why, if not all of it: the
+    input as sent when it is steering input (a string, or user messages given their ``type``, as
+    the SDK's event type requires) and its JSON fits in ``limit``; an empty string otherwise.
+
+    >>> returned([{"role": "user", "content": "Stop."}], limit=1000)
+    ([{'type': 'message', 'role': 'user', 'content': 'Stop.'}], None)
+    >>> returned([{"role": "assistant", "content": "I will."}], limit=1000)
+    ('', 'The input is not returned: it is not steering input.')
+    """
+    try:
+        items = parse_input(raw_input)
+    except SteerRefused:
+        return "", "The input is not returned: it is not steering input."
+    shaped = raw_input if isinstance(raw_input, str) else items
+    sent = echo.size(shaped)
+    if sent > limit:
+        return "", echo.not_returned(sent, limit)
+    return shaped, None
+
+
 def failed(
     code: str,
     message: str,
@@ -138,12 +171,16 @@ def failed(
     *,
     steer_id: str | None = None,
     stream_id: str | None = None,
+    echo_limit: int,
 ) -> dict[str, Any]:
-    """``response.steer.failed``: the input as it was sent, and why it was not committed (its
-    id only if it had been given one)."""
+    """``response.steer.failed``: the input as it was sent (``returned``: within ``echo_limit``
+    characters of JSON), and why it was not committed (its id only if it had been given one)."""
+    shown, withheld = returned(raw_input, echo_limit)
+    if withheld is not None:
+        message = f"{message} {withheld}"
     steer: dict[str, Any] = {
-        "input": raw_input,
-        "previous_response_id": target if isinstance(target, str) else "",
+        "input": shown,
+        "previous_response_id": echo.clip(target, echo.MAX_ID_CHARS) if isinstance(target, str) else "",
     }
     if steer_id is not None:
         steer["id"] = steer_id

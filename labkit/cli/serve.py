@@ -145,6 +145,7 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from labkit.server.app import create_app
+    from labkit.server.descriptors import raise_open_files_limit
     from labkit.server.network import MAX_HEADER_BYTES, TrackedHTTP
     from labkit.server.shutdown import Server
     from labkit.server.ws_protocol import BoundedWebSocket
@@ -167,6 +168,7 @@ def serve(args: argparse.Namespace) -> None:
     )
     if args.remove_with_parent and not args.exit_with_parent:
         raise CommandError("--remove-with-parent needs --exit-with-parent")
+    raise_open_files_limit()  # room for a room's connections (workers inherit it): most start at 1,024
     # Bind first, so the port (even 0, "any free port") is known before announcing readiness.
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
@@ -179,7 +181,11 @@ def serve(args: argparse.Namespace) -> None:
             ws_ping_interval=None,
             ws=BoundedWebSocket,  # pongs nobody reads and fragments count toward the connection's bound
             ws_max_size=config.limits.max_frame_bytes,  # a larger frame is refused: close code 1009
-            http=TrackedHTTP.configured(head_timeout_s=config.limits.head_timeout_s),
+            http=TrackedHTTP.configured(
+                config.limits.head_timeout_s,
+                descriptor_reserve=config.limits.descriptor_reserve,
+                head_timeout_when_short_s=config.limits.head_timeout_when_short_s,
+            ),
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # larger headers: a 431 in the API's shape
         ),
         app.state.shutdown,  # trace streams end as the shutdown begins, not when their readers leave

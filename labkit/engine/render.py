@@ -233,7 +233,8 @@ class TokenBuffer:
     views still end where they did). A view that appends after another view has
     grown the list past its end copies its own ids first (copy-on-write): only
     that case costs a copy, and ``copied`` counts it. The prefix-cache hashes of the
-    buffer's full blocks (``block_hashes``) are kept the same way.
+    buffer's full blocks (``block_hashes``) are kept the same way. A view dropped
+    unused (a refused request's) gives back what it appended in place (``discard``).
 
         >>> base = TokenBuffer.start("Be brief.", [])
         >>> a, b = base.fork(), base.fork()
@@ -254,6 +255,7 @@ class TokenBuffer:
         self.system_digest = system_digest  # names the instructions and tools it was rendered with
         self._ids = ids if ids is not None else []
         self._length = len(self._ids)
+        self._grown_from = self._length  # where this view began appending to the list it holds
         # Prefix-cache hashes of the blocks of ``ids`` (reused too: a follow-up hashes only new blocks).
         self._hashes = block_hashes if block_hashes is not None else []
         self._hash_count = len(self._hashes)
@@ -287,6 +289,7 @@ class TokenBuffer:
         if len(self._ids) != self._length:  # another view grew the list past this one's end
             self._ids = self._ids[: self._length]
             self.copied += self._length
+            self._grown_from = self._length
         return self._ids
 
     def append_blocks(self, blocks: Iterable[list[int]], *, encoded: bool = True) -> int:
@@ -331,9 +334,23 @@ class TokenBuffer:
         tokens cost nothing, and nothing is copied until a copy is needed)."""
         twin = TokenBuffer.__new__(TokenBuffer)
         twin.system_digest, twin.items, twin.encoded, twin.copied = self.system_digest, self.items, 0, 0
-        twin._ids, twin._length = self._ids, self._length
+        twin._ids, twin._length, twin._grown_from = self._ids, self._length, self._length
         twin._hashes, twin._hash_count = self._hashes, self._hash_count
         return twin
+
+    def discard(self) -> None:
+        """Done with this view, unkept and unforked (a request refused after its render): take off
+        the list the ids it appended in place, which the views it shares the list with end
+        before, so a cached conversation does not hold them. The view is then empty.
+
+            >>> base = TokenBuffer.start("Be brief.", [])
+            >>> turn = base.fork(); _ = turn.append([{"type": "message", "role": "user", "content": "hi"}])
+            >>> turn.discard(); len(base._ids) == len(base), len(turn)
+            (True, 0)
+        """
+        if len(self._ids) == self._length:  # else another view grew the list past this one: keep it
+            del self._ids[self._grown_from :]
+        self._ids, self._length, self._grown_from, self.items = [], 0, 0, 0
 
     def prompt(self) -> list[int]:
         """The ids the model is run on, as a new list: the conversation plus the assistant's turn

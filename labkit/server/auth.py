@@ -10,7 +10,8 @@ of the key, so another key (or no key) cannot read, chain from or delete them.
     labkit.api.errors.APIError: Incorrect API key provided: a key is printable ASCII.
 
 ``KeyLimiter`` caps what one key holds open at once (WebSocket connections, requests in
-flight), so one learner's runaway loop cannot take every slot of a shared server.
+flight, the bytes of frames its connections hold unused), so one learner's runaway loop cannot
+take every slot, or the memory, of a shared server.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from labkit.api.errors import APIError, authentication_error, rate_limited
 from labkit.api.owners import owner_of_key
+from labkit.server.held_bytes import HeldBytes
 
 KEYS_ENV = "LABKIT_API_KEYS"
 ANONYMOUS = "anonymous"
@@ -93,6 +95,8 @@ class KeyLimiter:
         self.max_requests = max_requests
         self.connections: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
+        self.held: dict[str, HeldBytes] = {}  # by key, while one of its WebSocket connections is open
+        self._holders: Counter[str] = Counter()
 
     @contextmanager
     def connection(self, owner: str) -> Iterator[None]:
@@ -105,6 +109,27 @@ class KeyLimiter:
         and none remaining), over HTTP as headers and over WebSocket in the error event."""
         with self._hold(self.requests, owner, self.max_requests, "requests in flight", RATE_LIMIT_HEADERS):
             yield
+
+    @contextmanager
+    def holding(self, owner: str, limit: int | None) -> Iterator[HeldBytes]:
+        """What ``owner``'s WebSocket connections hold of their clients' frames, together, within
+        ``limit`` bytes: one ``HeldBytes`` for the key, shared while any of them is open.
+
+            >>> limits = KeyLimiter()
+            >>> with limits.holding("key_a", 100) as one, limits.holding("key_a", 100) as two:
+            ...     one.take(60), two.take(60)
+            (True, False)
+        """
+        held = self.held.get(owner)
+        if held is None:
+            held = self.held[owner] = HeldBytes(limit, "this API key")
+        self._holders[owner] += 1
+        try:
+            yield held
+        finally:
+            self._holders[owner] -= 1
+            if self._holders[owner] <= 0:
+                del self._holders[owner], self.held[owner]
 
     @staticmethod
     @contextmanager

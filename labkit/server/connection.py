@@ -24,9 +24,13 @@ The rules (docs/protocol.md §3):
 
 - **Lanes.** A ``stream_id`` names a lane (``limits.MAX_LANES`` named lanes, plus the default
   one); a lane runs its creates one at a time, in order; at most ``limits.MAX_IN_FLIGHT`` run at
-  once on a connection. A create behind another waits, up to ``max_queued`` of them and
-  ``max_queued_bytes`` of frames not started yet; past that it is refused
-  (``websocket_queue_full``). Every error about a lane carries its ``stream_id``.
+  once on a connection. A create behind another waits, up to ``max_queued`` of them; past that
+  it is refused (``websocket_queue_full``). Every error about a lane carries its ``stream_id``.
+- **Bytes held** (``labkit.server.held_bytes``): every frame not used yet (a create until it
+  starts, steering input until its response is created, injected or appended input until the
+  rollout takes it) counts toward ``max_queued_bytes`` of the connection and toward its key's
+  bound; a frame past either is refused like one past a count (``websocket_queue_full``, or
+  ``response.steer.failed`` ``too_many_pending_steers``), and nothing else changes.
 - **The connection cache** (``labkit.server.connection_cache``): forks across lanes, and what
   a failure evicts.
 - **Steering** (``labkit.api.steering``): a ``response.steer`` is checked, given an id and
@@ -41,7 +45,8 @@ The rules (docs/protocol.md §3):
   on whatever lane. An appended rollout takes it when it waits for tool outputs; any other
   response, and a rollout that ends first, answers it with ``response.inject.failed``
   (``response_already_completed``) when it ends; an unknown response with
-  ``response_not_found``. Either way the input is returned as it was sent.
+  ``response_not_found``. Either way the input is returned as it was sent, within
+  ``max_echo_bytes`` (``labkit.api.echo``), as a refused steer's is.
 """
 
 from __future__ import annotations
@@ -57,7 +62,15 @@ from labkit.api.ids import new_id
 from labkit.api.items import Item
 from labkit.api.requests import parse_item
 from labkit.designs import Design
-from labkit.limits import MAX_IN_FLIGHT, MAX_LANES, MAX_PENDING_STEERS, MAX_QUEUED_BYTES, MAX_QUEUED_CREATES
+from labkit.limits import (
+    ECHO_SHARE_OF_UNREAD,
+    MAX_IN_FLIGHT,
+    MAX_LANES,
+    MAX_PENDING_STEERS,
+    MAX_QUEUED_BYTES,
+    MAX_QUEUED_CREATES,
+    MAX_UNREAD_BYTES,
+)
 from labkit.server.connection_cache import ConnectionCache, Lane
 from labkit.server.connection_jobs import (
     Action,
@@ -66,6 +79,7 @@ from labkit.server.connection_jobs import (
     Ended,
     EndedResponse,
     Finished,
+    HeldInput,
     Job,
     LaneState,
     Outcome,
@@ -73,6 +87,7 @@ from labkit.server.connection_jobs import (
     Start,
     Steer,
 )
+from labkit.server.held_bytes import HeldBytes
 from labkit.server.lanes import check_stream_id
 from labkit.server.turn import Conversation
 
@@ -105,6 +120,8 @@ class Connection:
         max_lanes: int = MAX_LANES,
         max_in_flight: int = MAX_IN_FLIGHT,
         max_pending_steers: int = MAX_PENDING_STEERS,
+        max_echo_bytes: int = MAX_UNREAD_BYTES // ECHO_SHARE_OF_UNREAD,
+        held_by_key: HeldBytes | None = None,
         inject: bool = False,
     ) -> None:
         self.design = design
@@ -112,12 +129,13 @@ class Connection:
         # an appended rollout waits for it (no response.done, no response.append).
         self.inject = inject
         self.cache: ConnectionCache[Conversation] = ConnectionCache(enabled=design.connection_cache)
-        self.max_queued, self.max_queued_bytes = max_queued, max_queued_bytes
+        self.max_queued = max_queued
         self.max_lanes, self.max_in_flight = max_lanes, max_in_flight
-        self.max_pending_steers = max_pending_steers
+        self.max_pending_steers, self.max_echo_bytes = max_pending_steers, max_echo_bytes
+        # The frames not used yet (creates, steering input, injected input), within its key's too.
+        self.held = HeldBytes(max_queued_bytes, "this connection", held_by_key)
         self.lanes: dict[Lane, LaneState] = {}
         self.queued = 0  # creates waiting behind another on their lane
-        self.queued_bytes = 0  # the frames of every create not started yet
         self.running = 0
         self.waiting_for_slot: deque[Job] = deque()  # lanes' current creates, past max_in_flight
         self.active: dict[str, Job] = {}  # created and not finished, by response id
@@ -143,11 +161,11 @@ class Connection:
             if kind == RESPONSE_CREATE:
                 return self.create(payload, len(frame))
             if kind == RESPONSE_STEER:
-                return [Arrive(payload)]
+                return [Arrive(payload, len(frame))]
             if kind == RESPONSE_INJECT and self.inject:
-                return self.take_inject(payload)
+                return self.take_inject(payload, len(frame))
             if kind == RESPONSE_APPEND and self.design.appended and not self.inject:
-                return self.append(payload)
+                return self.append(payload, len(frame))
             raise invalid_request(_unsupported(kind, self.inject), param="type", code="unknown_event")
         except APIError as err:
             return [Send(err.ws_event())]
@@ -166,20 +184,29 @@ class Connection:
                 return [Send(err.ws_event(stream_id))]
             lane = self.lanes[stream_id] = LaneState()
         behind = lane.current is not None or bool(lane.queue)  # an idle lane starts it at once
-        if (behind and self.queued >= self.max_queued) or self.queued_bytes + size > self.max_queued_bytes:
+        if behind and self.queued >= self.max_queued:
             full = rate_limited(
-                f"Too many responses waiting on this connection (at most {self.max_queued}, "
-                f"{self.max_queued_bytes} bytes). Wait for one to finish, or use another stream.",
+                f"Too many responses waiting on this connection (at most {self.max_queued}). "
+                "Wait for one to finish, or use another stream.",
                 code="websocket_queue_full",
             )
             return [Send(full.ws_event(stream_id))]
+        if not self.held.take(size):
+            return [Send(self._too_much(size, "Wait for a response to start or finish.").ws_event(stream_id))]
         body = {k: v for k, v in payload.items() if k not in ("type", "stream_id", "stream")}
         job = Job(stream_id, body, size, behind)
-        self.queued, self.queued_bytes = self.queued + behind, self.queued_bytes + size
+        self.queued += behind
         lane.queue.append(job)
         return self._advance(stream_id)
 
-    def append(self, payload: dict[str, Any]) -> list[Action]:
+    def _too_much(self, size: int, then: str) -> APIError:
+        """The refusal of a frame of ``size`` bytes past what the connection, or its key, holds."""
+        return rate_limited(
+            f"This frame ({size:,} bytes) is refused: {self.held.refusal(size)}. {then}",
+            code="websocket_queue_full",
+        )
+
+    def append(self, payload: dict[str, Any], size: int) -> list[Action]:
         """labkit extension: tool results for the appended rollout paused on the payload's lane,
         refused unless that lane's rollout is the one it names and its items are items; at
         most ``max_queued`` appends wait."""
@@ -201,16 +228,16 @@ class Connection:
             raise invalid_request("'input' of response.append must be a list of items.", param="input")
         for i, item in enumerate(items):
             parse_item(item, f"input[{i}]")  # refuse bad items now; the rollout keeps waiting
-        return self._hand_over(job, items, "appends", "this stream")
+        return self._hand_over(job, items, size, "appends", "this stream")
 
-    def take_inject(self, payload: dict[str, Any]) -> list[Action]:
+    def take_inject(self, payload: dict[str, Any], size: int) -> list[Action]:
         """The multi-agent beta: input for the response the payload names, on any lane; refused
         (an error) unless its items are items; returned (``response.inject.failed``) if that
         response is none this connection runs, or has ended."""
         target, raw = inject.parse_inject(payload)
         job = self.active.get(target)
         if job is not None:
-            return self._hand_over(job, raw, "injects", "this response")
+            return self._hand_over(job, raw, size, "injects", "this response")
         ended = self.ended.get(target)
         if ended is None:
             message = f"No response '{target}' is running on this connection."
@@ -222,33 +249,42 @@ class Connection:
 
     def _returned(self, code: str, message: str, target: str, raw: list[Any], lane: Lane) -> Send:
         """``response.inject.failed``: injected input not committed, returned as it was sent."""
-        return Send(inject.failed(code, message, target, raw, self._number(), lane))
+        failed = inject.failed(
+            code, message, target, raw, self._number(), lane, echo_limit=self.max_echo_bytes
+        )
+        return Send(failed)
 
-    def _hand_over(self, job: Job, items: list[Any], what: str, where: str) -> list[Action]:
-        """Input for a running response, kept until it is taken, up to a point. Only an appended
-        rollout takes any: another response ends on its calls, and returns it then (``finished``)."""
+    def _hand_over(self, job: Job, items: list[Any], size: int, what: str, where: str) -> list[Action]:
+        """Input for a running response, kept until it is taken, up to a point (a count, and the
+        bytes held). Only an appended rollout takes any: another response ends on its calls, and
+        returns it then (``finished``)."""
         if len(job.inputs) >= self.max_queued:
             raise rate_limited(
                 f"Too many {what} waiting on {where} (at most {self.max_queued}).",
                 code="websocket_queue_full",
             )
-        job.inputs.append(items)
+        if not self.held.take(size):
+            raise self._too_much(size, "Wait for the rollout to take what it was sent.")
+        job.inputs.append(HeldInput(items, size))
         return [Append(job, items)] if self.design.appended else []
 
     def append_taken(self, job: Job) -> None:
-        """The rollout took the oldest input handed to it."""
-        job.inputs.popleft()
+        """The rollout took the oldest input handed to it: it is no longer held here."""
+        self.held.give_back(job.inputs.popleft().size)
 
     # ------------------------------------------------------------ steering
 
-    def steer(self, payload: dict[str, Any]) -> list[Action]:
-        """A ``response.steer``: accepted onto its target, or failed with the input returned."""
+    def steer(self, payload: dict[str, Any], size: int | None = None) -> list[Action]:
+        """A ``response.steer`` (its frame ``size`` bytes, measured from ``payload`` if not given):
+        accepted onto its target, or failed with the input returned."""
+        size = len(safejson.dumps(payload)) if size is None else size
         target, raw = payload.get("previous_response_id"), payload.get("input")
         try:
             target, items = steering.parse_steer(payload)
             job = self.active.get(target)
             if job is not None:
-                return [Send(self._accept(job.steers, target, items, raw, job.lane, job.not_steerable))]
+                accepted = self._accept(job.steers, target, items, raw, size, job.lane, job.not_steerable)
+                return [Send(accepted)]
             ended = self.ended.get(target)
             if ended is None:
                 raise steering.SteerRefused(
@@ -256,13 +292,19 @@ class Connection:
                 )
             if ended.state is not Ended.WAITING:
                 raise steering.SteerRefused(_too_late(target, ended.state), ended.state.value)
-            accepted = self._accept(ended.waiting, target, items, raw, ended.lane, None)
+            accepted = self._accept(ended.waiting, target, items, raw, size, ended.lane, None)
             return [Send(accepted), *self._pending([ended.waiting[-1]], ended)]
         except steering.SteerRefused as refused:
             known = self.active.get(target) or self.ended.get(target) if isinstance(target, str) else None
             lane = known.lane if known is not None else None
             event = steering.failed(
-                refused.code, refused.message, target, raw, self._number(), stream_id=lane
+                refused.code,
+                refused.message,
+                target,
+                raw,
+                self._number(),
+                stream_id=lane,
+                echo_limit=self.max_echo_bytes,
             )
             return [Send(event)]
 
@@ -272,6 +314,7 @@ class Connection:
         target: str,
         items: list[Item],
         raw: Any,
+        size: int,
         lane: Lane,
         not_steerable: str | None,
     ) -> dict[str, Any]:
@@ -283,7 +326,13 @@ class Connection:
                 f"(labkit's cap). Wait for the successor's response.created.",
                 steering.TOO_MANY_PENDING_STEERS,
             )
-        steer = Steer(new_id("steer"), target, items, raw)
+        if not self.held.take(size):
+            raise steering.SteerRefused(
+                f"This steer ({size:,} bytes) is refused: {self.held.refusal(size)}. "
+                "Wait for the successor's response.created.",
+                steering.TOO_MANY_PENDING_STEERS,
+            )
+        steer = Steer(new_id("steer"), target, items, raw, size)
         queue.append(steer)
         return steering.accepted(steer.id, target, self._number(), lane)
 
@@ -293,13 +342,27 @@ class Connection:
         ]
 
     def _uncommitted(self, steers: list[Steer], code: str, message: str, lane: Lane) -> list[Action]:
-        """Steering input that will never be committed, returned to the client."""
+        """Steering input that will never be committed, returned to the client (and no longer held)."""
+        self._let_go(steers)
         return [
             Send(
-                steering.failed(code, message, s.target, s.raw, self._number(), steer_id=s.id, stream_id=lane)
+                steering.failed(
+                    code,
+                    message,
+                    s.target,
+                    s.raw,
+                    self._number(),
+                    steer_id=s.id,
+                    stream_id=lane,
+                    echo_limit=self.max_echo_bytes,
+                )
             )
             for s in steers
         ]
+
+    def _let_go(self, steers: list[Steer]) -> None:
+        """Steering input committed, returned or forgotten: no longer held."""
+        self.held.give_back(sum(steer.size for steer in steers))
 
     def _number(self) -> int:
         return next(self._steer_numbers)
@@ -310,6 +373,7 @@ class Connection:
         """``job``'s response exists (``response.created`` goes out next): the commit point of the
         steering input it carries, and from now on a target for steering."""
         job.response_id = response_id
+        self._let_go(job.committing)
         job.committing = []
         self.active[response_id] = job
 
@@ -361,17 +425,19 @@ class Connection:
         """Injected input the response ended without taking, returned as it was sent (a
         ``response.append`` sent too late is dropped: the prototype's wire has no such answer)."""
         left, job.inputs = list(job.inputs), deque()
+        self.held.give_back(sum(held.size for held in left))
         if not self.inject or job.response_id is None:
             return []
         status = outcome.status if isinstance(outcome, Finished) else "failed"
         message = f"Response '{job.response_id}' ended ({status}) before it took this input."
         code, target = inject.RESPONSE_ALREADY_COMPLETED, job.response_id
-        return [self._returned(code, message, target, raw, job.lane) for raw in left]
+        return [self._returned(code, message, target, held.items, job.lane) for held in left]
 
     def _remember(self, response_id: str, ended: EndedResponse) -> None:
         self.ended[response_id] = ended
         while len(self.ended) > ENDED_KEPT:
-            self.ended.popitem(last=False)
+            _, forgotten = self.ended.popitem(last=False)
+            self._let_go(forgotten.waiting)  # no continuation can carry it any more
 
     # ------------------------------------------------------------ starting creates
 
@@ -396,7 +462,7 @@ class Connection:
     def _start(self, job: Job) -> Start:
         """Run ``job`` now: the cache's one answer for it, and the steering input it takes."""
         self.running += 1
-        self.queued_bytes -= job.size
+        self.held.give_back(job.size)
         previous = job.body.get("previous_response_id")
         waiting = self.ended.get(previous) if isinstance(previous, str) else None
         if waiting is not None and waiting.state is Ended.WAITING and waiting.lane == job.lane:

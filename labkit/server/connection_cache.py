@@ -5,7 +5,9 @@ Each lane (``stream_id``, or the default lane) keeps its most recent finished re
 ``Conversation`` (``labkit.server.turn``): the Response, the whole conversation's items, the
 rendered tokens, the model and the replica. So a connection holds at most one response per
 lane: 33 with every named lane in use (``limits.MAX_LANES`` and the default lane). A newer
-response that finishes on a lane replaces that lane's; nothing else is ever added.
+response that finishes on a lane replaces that lane's; nothing else is ever added. Each one's
+rendering fits its model's context window (``labkit.server.context_window``: a follow-up past it
+is refused, or truncated), so what a connection holds is bounded by 33 windows of tokens.
 
 A create's ``previous_response_id`` may name any response the cache holds, on any lane: a
 create on lane ``b`` naming lane ``a``'s latest response forks the conversation onto ``b``,

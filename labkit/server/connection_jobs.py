@@ -21,12 +21,23 @@ from labkit.server.turn import Conversation
 
 @dataclass
 class Steer:
-    """One accepted ``response.steer``: its id, its target, its input (as items and as sent)."""
+    """One accepted ``response.steer``: its id, its target, its input (as items and as sent), and
+    its frame's bytes, held until it is committed or returned (``labkit.server.held_bytes``)."""
 
     id: str
     target: str
     items: list[Item]
     raw: Any
+    size: int
+
+
+@dataclass(frozen=True)
+class HeldInput:
+    """Input handed to a running response (a ``response.append``'s or ``response.inject``'s, as
+    sent) and not yet taken, with its frame's bytes."""
+
+    items: list[Any]
+    size: int
 
 
 @dataclass(eq=False)
@@ -35,7 +46,7 @@ class Job:
 
     lane: Lane
     body: dict[str, Any]
-    size: int  # its frame's bytes, counted against ``max_queued_bytes`` until it starts
+    size: int  # its frame's bytes, held (``labkit.server.held_bytes``) until it starts
     behind: bool  # it waited behind another create on its lane (counted against ``max_queued``)
     parent: Conversation | None = None  # the connection cache's answer, given when it starts
     committing: list[Steer] = field(default_factory=list)  # steering input this create commits
@@ -44,7 +55,7 @@ class Job:
     steers: list[Steer] = field(default_factory=list)  # accepted for this response while it runs
     not_steerable: str | None = None  # why it cannot be steered (a key of connection.NOT_STEERABLE)
     # Input handed to it (response.append or response.inject, as sent) and not yet taken.
-    inputs: deque[list[Any]] = field(default_factory=deque)
+    inputs: deque[HeldInput] = field(default_factory=deque)
 
     @property
     def stream_id(self) -> str | None:
@@ -100,9 +111,11 @@ class Append:
 @dataclass(frozen=True)
 class Arrive:
     """A ``response.steer`` that takes effect once it has crossed the network (the uplink a
-    create pays as a stage of its own): then hand it to ``Connection.steer``."""
+    create pays as a stage of its own): then hand it to ``Connection.steer``, with its frame's
+    ``size`` in bytes."""
 
     payload: dict[str, Any]
+    size: int
 
 
 Action = Send | Start | Append | Arrive

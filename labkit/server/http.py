@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -39,6 +39,45 @@ def owner_of(request: Request) -> str:
 log = logging.getLogger("uvicorn.error")  # the server's own log, as uvicorn configures it
 
 LAST_FRAME_GRACE_S = 2.0  # how long a cut stream's last frame may wait for the client
+# The status logged for an answer its client left before it was sent (nginx's "client closed request").
+CLIENT_CLOSED_REQUEST = 499
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client's connection closed before its answer was ready: the work for it was cancelled."""
+
+
+async def unless_gone(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, unless the client's connection closes first: then ``work`` is cancelled
+    (its engine slot and its key's caps freed) and ``ClientGone`` raised.
+
+    Call it once the body has been read: from then on, the only message a request receives is
+    its ``http.disconnect`` (``labkit.server.network`` turns a client that shut its side and
+    vanished into one too). A streamed answer needs no such watch: Starlette's
+    ``StreamingResponse`` cancels its body on the disconnect itself.
+
+        await unless_gone(request, respond(pipeline, turn, emit=_discard))
+    """
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():  # gone, or this request itself was cancelled (a shutdown)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        raise ClientGone
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass  # a body read already: nothing else comes
 
 
 async def read_body(request: Request) -> bytes:
@@ -100,7 +139,11 @@ async def open_turn(request: Request) -> tuple[Pipeline, ResponseRun]:
 async def create_response(request: Request) -> Response:
     """``POST /v1/responses``: the pipeline up to inference, then JSON or an SSE stream."""
     pipeline, turn = await open_turn(request)
-    await prepare(pipeline, turn, await read_json(request))
+    body = await read_json(request)
+    try:
+        await unless_gone(request, prepare(pipeline, turn, body))
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     assert turn.req is not None
     if turn.req.stream:
         limit = config_of(request.app).limits.max_unread_bytes
@@ -110,7 +153,9 @@ async def create_response(request: Request) -> Response:
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
     try:
-        await respond(pipeline, turn, emit=_discard)
+        await unless_gone(request, respond(pipeline, turn, emit=_discard))
+    except ClientGone:  # nobody reads the answer: the response was cancelled, its slot freed
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     except ResponseFailed as failed:  # the response's own error is the answer
         raise failed.error from None
     except Exception as exc:  # a failure inside the response: a 500 in the API's shape, as over SSE
@@ -264,4 +309,8 @@ async def health(request: Request) -> Response:
 async def compact_endpoint(request: Request) -> Response:
     """``POST /v1/responses/compact``: the compact resource as JSON (no streaming)."""
     pipeline, turn = await open_turn(request)
-    return JSONResponse(await compact(pipeline, turn, await read_json(request)))
+    body = await read_json(request)
+    try:
+        return JSONResponse(await unless_gone(request, compact(pipeline, turn, body)))
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)

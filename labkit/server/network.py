@@ -14,7 +14,11 @@ protocol that wraps, by composition, the one uvicorn resolves for its ``--http``
 and forwards every call of the asyncio protocol interface to it. It also holds each
 connection to the bounds of ``labkit.server.wire_limits`` (a request head's deadline, one
 request's framing, a body's chunks), and answers a client that half-closes its side after
-its request (``shutdown(SHUT_WR)``): the answer goes out, then the connection closes.
+its request (``shutdown(SHUT_WR)``): the answer goes out, then the connection closes; if the
+answer is slow to come, the client is probed (``labkit.server.half_close``), and one whose
+socket has in fact closed is dropped, so what runs for it stops. Once the
+server is short of file descriptors (``labkit.server.descriptors``), a request head has the
+shorter deadline, so connections that never send theirs make room for new clients.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from cachetools import LRUCache
 from labkit import limits
 from labkit.api import safejson
 from labkit.api.errors import APIError, invalid_request
+from labkit.server.descriptors import DescriptorReserve, descriptor_of, open_files_limit
+from labkit.server.half_close import PROBE_AFTER_S, probe_bytes, watch_for_reset
 from labkit.server.wire_limits import BoundedH11, head_timeout
 
 # Enough to remember every live connection of a busy workshop.
@@ -41,6 +47,20 @@ MAX_REMEMBERED = 65_536
 MAX_HEADER_BYTES = 16 * 1024
 # Where a head ends, as h11 finds it: a blank line, CRLF or bare LF.
 HEAD_END = re.compile(rb"\n\r?\n")
+
+
+def head_timeout_while_short(seconds: float) -> APIError:
+    """The 408 of a head that missed the deadline the server sets while short of descriptors.
+
+    >>> head_timeout_while_short(1.0).message.split(",")[0]
+    "The request's line and headers did not arrive within 1 s"
+    """
+    return APIError(
+        408,
+        f"The request's line and headers did not arrive within {seconds:g} s, this server's deadline "
+        "while it is short of connections for new clients; send a request's line and headers at once.",
+        code="request_timeout",
+    )
 
 
 class ConnectionTracker:
@@ -135,11 +155,14 @@ class TrackedHTTP(asyncio.Protocol):
     http = "h11"  # the --http setting wrapped: the same parser labkit always served with
     head_timeout_s = limits.HEAD_TIMEOUT_S  # for a request's line and headers to arrive
     max_body_chunks = limits.MAX_BODY_CHUNKS
+    descriptors = DescriptorReserve()  # one per server: ``configured`` gives each its own
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.inner = http_protocol(self.http)(*args, **kwargs)
         self.client: tuple[str, int] | None = None
         self.head_timer: asyncio.TimerHandle | None = None
+        self.head_since = 0.0  # when the head awaited began to be (the loop's clock)
+        self.head_window_s = self.head_timeout_s  # its deadline, from then
         self.half_closed = False  # the client shut its side down after a whole request
         # uvicorn's parser, bounded in what one request may cost (labkit.server.wire_limits).
         self.inner.conn = BoundedH11(h11.SERVER, self.head_limit(), max_body_chunks=self.max_body_chunks)
@@ -150,12 +173,23 @@ class TrackedHTTP(asyncio.Protocol):
         self.inner.on_response_complete = self.response_complete
 
     @classmethod
-    def configured(cls, head_timeout_s: float) -> type[TrackedHTTP]:
-        """The protocol class for ``uvicorn.Config(http=...)`` with another head timeout.
+    def configured(
+        cls,
+        head_timeout_s: float,
+        *,
+        descriptor_reserve: int = limits.DESCRIPTOR_RESERVE,
+        head_timeout_when_short_s: float = limits.HEAD_TIMEOUT_WHEN_SHORT_S,
+    ) -> type[TrackedHTTP]:
+        """The protocol class for ``uvicorn.Config(http=...)`` with other head timeouts and
+        descriptor reserve, and a reserve of its own (its server's connections).
 
         uvicorn.Config(app, http=TrackedHTTP.configured(head_timeout_s=2.0))
         """
-        return type(cls.__name__, (cls,), {"head_timeout_s": head_timeout_s})
+        # Resolved now, at start: resolving it imports modules (opens files), which the first
+        # connection of a server out of descriptors could not do, and asyncio would drop it silently.
+        http_protocol(cls.http)
+        reserve = DescriptorReserve(descriptor_reserve, head_timeout_when_short_s)
+        return type(cls.__name__, (cls,), {"head_timeout_s": head_timeout_s, "descriptors": reserve})
 
     def head_limit(self) -> int:
         """The bound on a request's line and headers: uvicorn's setting, else ``MAX_HEADER_BYTES``."""
@@ -215,27 +249,51 @@ class TrackedHTTP(asyncio.Protocol):
         """Start the head's clock while a request head is awaited, and stop it once one is read.
 
         From the connection's start, and from a later request's first byte (between requests,
-        uvicorn's keep-alive timeout closes an idle connection).
+        uvicorn's keep-alive timeout closes an idle connection). While the server is short of
+        descriptors the clock runs for the shorter deadline.
         """
         if self.inner.conn.their_state is h11.IDLE:
             if self.head_timer is None:
                 loop = asyncio.get_running_loop()
-                self.head_timer = loop.call_later(self.head_timeout_s, self.head_too_late)
+                self.head_since = loop.time()
+                self.head_window_s = self.head_timeout_s
+                if self.descriptors.short:
+                    self.head_window_s = min(self.head_window_s, self.descriptors.head_timeout_s)
+                self.head_timer = loop.call_at(self.head_since + self.head_window_s, self.head_too_late)
+                self.descriptors.waiting(self)
         elif self.head_timer is not None:
+            self.stop_head_clock()
+
+    def stop_head_clock(self) -> None:
+        if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
+        self.descriptors.arrived(self)
+
+    def hurry_head(self) -> None:
+        """The server is short of descriptors: the head awaited has the shorter deadline, counted
+        from when it began to be awaited (past already: it is late now)."""
+        if self.head_timer is None or self.head_window_s <= self.descriptors.head_timeout_s:
+            return
+        self.head_timer.cancel()
+        self.head_window_s = self.descriptors.head_timeout_s
+        loop = asyncio.get_running_loop()
+        self.head_timer = loop.call_at(self.head_since + self.head_window_s, self.head_too_late)
 
     def head_too_late(self) -> None:
         """No whole request head in time: a 408 if part of one came, else a plain close."""
         self.head_timer = None
+        self.descriptors.arrived(self)  # not arrived, but no longer awaited: it frees its descriptor
         transport = self.inner.transport
         if self.inner.conn.their_state is not h11.IDLE or transport is None or transport.is_closing():
             return
         pending, _closed = self.inner.conn.trailing_data
-        if pending:
-            self.refuse(head_timeout(self.head_timeout_s))
-        else:
+        if not pending:
             transport.close()
+        elif self.head_window_s < self.head_timeout_s:
+            self.refuse(head_timeout_while_short(self.head_window_s))
+        else:
+            self.refuse(head_timeout(self.head_timeout_s))
 
     def response_complete(self) -> None:
         """uvicorn's end of an answer; then, for a client that half-closed, the connection's end
@@ -243,6 +301,17 @@ class TrackedHTTP(asyncio.Protocol):
         self._answered()
         if self.half_closed and self.inner.conn.their_state is h11.IDLE:
             self.inner.transport.close()
+
+    def probe_peer(self) -> None:
+        """The client shut its side ``PROBE_AFTER_S`` ago and an answer is still to come: send it
+        a probe, and drop the connection if it answers with a reset (``labkit.server.half_close``)."""
+        cycle, transport = self.inner.cycle, self.inner.transport
+        if cycle is None or cycle.response_complete or transport.is_closing():
+            return
+        probe = probe_bytes(self.inner.conn, event_stream=self.inner.conn.event_stream)
+        if probe is not None:
+            transport.write(probe)
+            watch_for_reset(transport)
 
     # ------------------------------------------------ the asyncio protocol interface
 
@@ -252,6 +321,8 @@ class TrackedHTTP(asyncio.Protocol):
             _TRANSPORTS[self.client] = transport
         self.inner.connection_made(transport)
         self.watch_head()
+        # After watch_head: should this connection make the server short, its own head is hurried too.
+        self.descriptors.accepted(descriptor_of(transport), open_files_limit())
 
     def data_received(self, data: bytes) -> None:
         if self.head_outgrows_limit(data):
@@ -267,6 +338,7 @@ class TrackedHTTP(asyncio.Protocol):
         conn, cycle = self.inner.conn, self.inner.cycle
         if conn.their_state is h11.DONE and cycle is not None and not cycle.response_complete:
             self.half_closed = True
+            asyncio.get_running_loop().call_later(PROBE_AFTER_S, self.probe_peer)
             return True
         return self.inner.eof_received()
 
@@ -277,9 +349,7 @@ class TrackedHTTP(asyncio.Protocol):
         self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
+        self.stop_head_clock()
         for tracker in list(_TRACKERS):
             tracker.forget(self.client)
         self.inner.connection_lost(exc)

@@ -5,7 +5,8 @@
     hydration     the conversation so far: from the connection cache or the SQLite store
     input_safety  the classifier over the input it has not seen before
     render        chat template + tokenization, skipped for what a cache already holds
-    routing       model configuration and the choice of a replica
+    routing       model configuration and the choice of a replica; then the prompt must fit the
+                  model's context window (``labkit.server.context_window``)
     intermediary  the hop through an intermediary service, where the design keeps it
 
 Any of them may refuse the request with an ``APIError``, before any event is sent. A stage
@@ -31,6 +32,7 @@ from labkit.designs import Over, Runs
 from labkit.engine import timing
 from labkit.engine.catalogue import UnknownModel
 from labkit.engine.safety import classifier_texts, scan
+from labkit.server.context_window import fit_window
 from labkit.server.offload import off_loop_if_large
 from labkit.server.render_cache import Renderings, append_rendered
 from labkit.server.routing import Router
@@ -136,7 +138,8 @@ class InputSafety:
 
 class Render:
     """Tokenize only what no cache holds (``labkit.server.render_cache``). An appended rollout
-    that resumes goes on with its own buffer: the outputs it paused on, then what was appended."""
+    that resumes goes on with its own buffer: the outputs it paused on, then what was appended;
+    its model is known by then, so its prompt must fit the window here (``fit_window``)."""
 
     def __init__(self, renderings: Renderings) -> None:
         self.renderings = renderings
@@ -149,22 +152,34 @@ class Render:
             else:
                 buffer, encoded, copied = turn.buffer, turn.buffer.encoded, turn.buffer.copied
                 settle(turn)
+                # A waiting response keeps its sampled tokens' KV on the replica, as a paused
+                # sequence does: the next segment prefills only what was appended.
+                assert turn.replica is not None
+                buffer.add_block_hashes(turn.replica.retain(buffer.ids, buffer.block_hashes))
                 todo, span.detail["cache"] = turn.take_appending(), Source.RESPONSE
             await append_rendered(buffer, todo, span)
             turn.buffer = buffer
             span.items, span.tokens = len(todo), buffer.encoded - encoded
             span.detail["prompt_tokens"] = len(buffer)
             span.detail["copied_ids"] = buffer.copied - copied
+        if turn.model is not None:  # a later segment: the first was fitted at routing
+            await fit_window(turn)
 
 
 class Routing:
     """The model's configuration (a hop, unless the design caches it) and the replica: the
-    connection's, or the router's pick; a follow-up from the connection cache reuses both."""
+    connection's, or the router's pick; a follow-up from the connection cache reuses both.
+    Then the rendered prompt must fit the model's context window (``fit_window``: refused, or
+    truncated where the request allows it), before the response exists."""
 
     def __init__(self, routing: profiles.Routing, router: Router) -> None:
         self.routing, self.router = routing, router
 
     async def __call__(self, turn: ResponseRun) -> None:
+        await self.resolve(turn)
+        await fit_window(turn)
+
+    async def resolve(self, turn: ResponseRun) -> None:
         req = turn.req
         assert req is not None
         with turn.trace.stage(Stage.ROUTING) as span:

@@ -20,7 +20,9 @@ reads, and ``keep`` (the retain stage) is the only writer of the ``RenderCache``
 lane's conversation is replaced only by the response that finished on it
 (``ResponseRun.left_behind``, stored by the lane in ``labkit.server.websocket``). A turn takes
 from either cache a fork of the buffer (a view that copies on write) and a copy of the
-hasher, so whatever it appends, a cached rendering still shows what it showed.
+hasher, so whatever it appends, a cached rendering still shows what it showed; a turn refused
+after its render (``labkit.server.context_window``) takes back what it appended in place
+(``TokenBuffer.discard``), so no cached rendering's list holds it.
 
 **Threads.** Only the event loop touches a cached buffer or hasher, and the
 ``RenderCache`` refuses any other thread: views of one buffer share its ids, so a change

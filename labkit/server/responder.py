@@ -33,7 +33,7 @@ from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Emit, Pipeline
 from labkit.server.post_inference import bill_if_abandoned
 from labkit.server.pre_inference import open_response, unseen_input
-from labkit.server.trace_stream import TraceFeed, trace_event
+from labkit.server.trace_stream import trace_event
 from labkit.server.turn import Conversation, ResponseRun
 
 CLIENT_TOO_SLOW = "client_too_slow"  # the error code of a response cut for its slow reader
@@ -63,9 +63,11 @@ async def respond(pipeline: Pipeline, turn: ResponseRun, emit: Emit) -> Conversa
 
     async def run(events: ResponseEvents, send: Emit) -> Conversation:
         assert turn.req is not None
-        threshold = turn.req.compact_threshold
-        if threshold is not None and turn.buffer is not None and len(turn.buffer) > threshold:
-            await compact_first(pipeline, turn, events, send)
+        compaction = turn.req.compaction
+        if compaction is not None and turn.buffer is not None:
+            assert turn.model is not None
+            if len(turn.buffer) > (compaction.threshold or turn.model.compact_threshold):
+                await compact_first(pipeline, turn, events, send)
         stopped, _ = await infer(pipeline, turn, events, send)
         return await finish(pipeline, turn, events, send, stopped)
 
@@ -149,7 +151,7 @@ async def finish(
     events.sent(terminal)
     if overlapped:
         await pipeline.bill(turn, status)
-    publish(pipeline.feed, turn)
+    publish(pipeline, turn)
     return turn.left_behind()
 
 
@@ -168,12 +170,15 @@ def cut(pipeline: Pipeline, turn: ResponseRun, reason: str) -> None:
     turn.response.update(status="failed", error={"code": CLIENT_TOO_SLOW, "message": reason})
     if turn.trace.spans:
         turn.trace.spans[-1].detail["cut"] = reason
-    publish(pipeline.feed, turn)
+    publish(pipeline, turn)
 
 
-def publish(feed: TraceFeed, turn: ResponseRun) -> None:
-    """The response's trace, to its key's trace subscribers (if it has any: the spans' JSON costs
-    more than the rest of finishing)."""
-    if feed.wants(turn.owner):
-        spans = [span.to_json() for span in turn.trace.spans]
-        feed.publish(turn.owner, trace_event(turn.response, turn.design.name, spans))
+def publish(pipeline: Pipeline, turn: ResponseRun) -> None:
+    """The finished response's trace event: kept (``TraceStore.finish``: the trace stream's
+    history, and with ``--workers`` ``GET /v1/labkit/traces`` on every worker), then handed to the
+    live subscribers allowed to see it. Synchronous, and called after the terminal event is only
+    queued: the event is kept before the client can hear that the response finished."""
+    spans = [span.to_json() for span in turn.trace.spans]
+    event = trace_event(turn.response, turn.design.name, spans)
+    pipeline.traces.finish(turn.owner, event)
+    pipeline.feed.publish(turn.owner, event)

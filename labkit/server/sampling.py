@@ -102,7 +102,8 @@ async def _sample(
 ) -> str | None:
     """Every action's tokens on one decode clock; why it stopped early, if it did."""
     assert turn.req is not None and turn.replica is not None and turn.model is not None
-    budget = turn.req.max_output_tokens
+    # The request's budget, within the part of the window its model keeps for the output.
+    budget = min(turn.req.max_output_tokens or turn.model.max_output_tokens, turn.model.max_output_tokens)
     clock = turn.replica.decode(turn.model)
     steering = turn.steering
     for action in actions:
@@ -117,7 +118,7 @@ async def _sample(
         for event in opening:
             await emit(event)
         ids = answer_ids(body)
-        room = len(ids) if budget is None else max(0, budget - turn.produced)
+        room = max(0, budget - turn.produced)
         sampled = ids[:room]
         stopped = MAX_OUTPUT_TOKENS if len(sampled) < len(ids) else None
         steerable = steering if isinstance(action, Say) else None  # a call is never cut

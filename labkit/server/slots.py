@@ -113,7 +113,9 @@ class EngineSlots:
         """Hand free slots to the waiters that may take them: fewest held by their key first, then
         the key served longest ago, then the earliest waiter."""
         while self.busy < self.capacity:
-            eligible = [w for w in self._waiting if self.may_take(w.owner)]
+            # A waiter whose task was cancelled (its ``granted`` cancelled with it) takes nothing:
+            # its task, when it runs, leaves the queue. Handing it the slot would lose the slot.
+            eligible = [w for w in self._waiting if not w.granted.done() and self.may_take(w.owner)]
             if not eligible:
                 return
             chosen = min(eligible, key=lambda w: (self.held[w.owner], self._served.get(w.owner, -1), w.seq))

@@ -38,9 +38,11 @@ MAX_CHAIN = 10_000
 
 
 class ResponseStore:
-    """Every method runs its statements on the database's own thread (``Database.run``): a file
-    locked elsewhere, or a full disk, is a 503 (``DatabaseUnavailable``) for the request that
-    needs the store, and nobody else waits for it."""
+    """Every method runs its statements beside the event loop: writes on the database's own
+    thread (``Database.run``), reads on its read connection's (``Database.read``), so a read of
+    what is stored never waits behind a write waiting for the lock. A file locked elsewhere, or a
+    full disk, is a 503 (``DatabaseUnavailable``) for the write that needs it (for a read only if
+    the file cannot be read), and nobody else waits for it."""
 
     def __init__(self, database: Database) -> None:
         self._db = database
@@ -78,12 +80,12 @@ class ResponseStore:
 
     async def get(self, owner: str, response_id: str) -> dict[str, Any] | None:
         query = "SELECT body FROM responses WHERE id = ? AND owner = ?"
-        row = await self._db.run(lambda conn: conn.execute(query, (response_id, owner)).fetchone())
+        row = await self._db.read(lambda conn: conn.execute(query, (response_id, owner)).fetchone())
         return json.loads(row[0]) if row else None
 
     async def has(self, owner: str, response_id: str) -> bool:
         query = "SELECT 1 FROM responses WHERE id = ? AND owner = ?"
-        row = await self._db.run(lambda conn: conn.execute(query, (response_id, owner)).fetchone())
+        row = await self._db.read(lambda conn: conn.execute(query, (response_id, owner)).fetchone())
         return row is not None
 
     async def delete(self, owner: str, response_id: str) -> bool:
@@ -91,11 +93,11 @@ class ResponseStore:
         return await self._db.run(lambda conn: conn.execute(query, (response_id, owner)).rowcount > 0)
 
     async def items(self, response_id: str, role: str) -> list[dict[str, Any]]:
-        return await self._db.run(lambda conn: _items(conn, response_id, role))
+        return await self._db.read(lambda conn: _items(conn, response_id, role))
 
     async def conversation(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
         """Every item of the chain ending at ``response_id``, oldest first; None if not found."""
-        return await self._db.run(lambda conn: _conversation(conn, owner, response_id))
+        return await self._db.read(lambda conn: _conversation(conn, owner, response_id))
 
     async def find_item(self, owner: str, item_id: str) -> dict[str, Any] | None:
         """The most recent stored item with this id, among the owner's responses."""
@@ -103,7 +105,7 @@ class ResponseStore:
             "SELECT i.body FROM items i JOIN responses r ON r.id = i.response_id "
             "WHERE i.item_id = ? AND r.owner = ? ORDER BY r.created_at DESC LIMIT 1"
         )
-        row = await self._db.run(lambda conn: conn.execute(query, (item_id, owner)).fetchone())
+        row = await self._db.read(lambda conn: conn.execute(query, (item_id, owner)).fetchone())
         return json.loads(row[0]) if row else None
 
 

@@ -47,6 +47,7 @@ from labkit.server.connection_jobs import (
     Send,
     Start,
 )
+from labkit.server.held_bytes import HeldBytes
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
@@ -67,6 +68,7 @@ class WebSocketSession:
         key_limiter: KeyLimiter,
         setup: list[Span] | None = None,
         *,
+        held_by_key: HeldBytes | None = None,
         inject: bool = False,
     ) -> None:
         self.ws = ws
@@ -80,12 +82,15 @@ class WebSocketSession:
             design,
             max_queued=limits.max_queued_creates,
             max_queued_bytes=limits.max_queued_bytes,
+            max_echo_bytes=limits.max_echo_bytes,
+            held_by_key=held_by_key,
             inject=inject,
         )
         self.writer = ConnectionWriter(ws, limits.max_unread_bytes, on_cut=self._cut)
         self.key_limiter = key_limiter
         self.tasks: dict[Job, asyncio.Task[None]] = {}  # the responses running
         self.appends: dict[Job, asyncio.Queue[list[Any]]] = {}  # appended rollouts' input, not taken
+        self.over = False  # the connection has ended: a steer still crossing the network is dropped
 
     @property
     def slow(self) -> SlowReader | None:
@@ -122,6 +127,8 @@ class WebSocketSession:
             self.writer.cancel()
             for task in list(self.tasks.values()):
                 task.cancel()
+            self.over = True
+            self.connection.held.release()  # what the client sent and the server held, given back to its key
             await self.writer.closed()
 
     async def _expire(self) -> None:
@@ -154,13 +161,13 @@ class WebSocketSession:
                 self.appends.setdefault(action.job, asyncio.Queue()).put_nowait(action.items)
             elif isinstance(action, Arrive):  # the uplink, modeled as for a create, then the steer
                 uplink = self.pipeline.profile.network.one_way_s()
-                asyncio.get_running_loop().call_later(uplink, self._steer, action.payload)
+                asyncio.get_running_loop().call_later(uplink, self._steer, action.payload, action.size)
 
-    def _steer(self, payload: dict[str, Any]) -> None:
-        if self.slow is not None or self.ws.application_state != WebSocketState.CONNECTED:
+    def _steer(self, payload: dict[str, Any], size: int) -> None:
+        if self.over or self.slow is not None or self.ws.application_state != WebSocketState.CONNECTED:
             return
         try:
-            self.act(self.connection.steer(payload))
+            self.act(self.connection.steer(payload, size))
         except SlowReader:
             pass
         except Exception:  # a bug, not the client's: answer it, and keep the socket open
@@ -291,21 +298,25 @@ async def websocket_endpoint(ws: WebSocket) -> None:
     except APIError as err:
         await deny(ws, err)
         return
+    limits = config_of(ws.app).limits
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(key_limiter.connection(owner))  # past the key's cap of open connections: a 429
         except APIError as err:
             await deny(ws, err)
             return
+        # What the key's connections hold of their clients' frames, together (labkit.server.held_bytes).
+        by_key = held.enter_context(key_limiter.holding(owner, limits.max_held_bytes_per_key))
         await ws.accept()
         session = WebSocketSession(
             ws,
             pipeline,
             owner,
             design,
-            config_of(ws.app).limits,
+            limits,
             key_limiter,
             trace.spans,
+            held_by_key=by_key,
             inject=inject,
         )
         try:

@@ -86,6 +86,7 @@ class BoundedH11(h11.Connection):
         self.max_body_chunks = max_body_chunks
         self.refusal: APIError | None = None  # why the last RemoteProtocolError of ours was raised
         self._chunks = 0  # Data events of the request being read
+        self.event_stream = False  # the answer being sent is text/event-stream (SSE)
 
     def next_event(self) -> Any:
         event = super().next_event()
@@ -101,6 +102,16 @@ class BoundedH11(h11.Connection):
                 self.refusal = too_many_chunks(self.max_body_chunks)
                 raise h11.RemoteProtocolError(f"more than {self.max_body_chunks} body chunks")
         return event
+
+    def send(self, event: Any) -> bytes | None:
+        """h11's ``send``, noting whether an answer's body is an event stream
+        (``labkit.server.half_close`` may put a comment between its events)."""
+        if isinstance(event, h11.Response):
+            self.event_stream = any(
+                name == b"content-type" and value.split(b";")[0].strip() == b"text/event-stream"
+                for name, value in event.headers
+            )
+        return super().send(event)
 
 
 class ListeningSocket(socket.socket):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from labkit.api.echo import bounded
 from labkit.api.events import Event
 from labkit.api.sse import encode_event
 from labkit.server.network import drop_if_stuck, transport_of
@@ -46,10 +47,12 @@ class ConnectionWriter:
         self.task = asyncio.create_task(self._write())
 
     def put(self, event: Event, stream_id: str | None = None) -> None:
-        """Queue an event, without waiting for the socket (``SlowReader`` past the bound)."""
+        """Queue an event, without waiting for the socket (``SlowReader`` past the bound). An
+        error's message is clipped (``labkit.api.echo.bounded``): one that quotes a client's
+        value never costs more than a few KB."""
         if stream_id is not None:
             event = {**event, "stream_id": stream_id}
-        self.outbox.put(encode_event(event))
+        self.outbox.put(encode_event(bounded(event)))
 
     def end(self) -> None:
         """Nothing more will be queued: the writer closes (1000) once the queued events are out."""

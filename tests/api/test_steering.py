@@ -124,12 +124,14 @@ def test_steering_input_waits_for_the_results_of_client_owned_calls(client: Open
 # ---------------------------------------------------------------- each failure, one by one
 
 
-def failed_steer(conn: Any, target: str, steer_input: Any) -> ResponseSteerFailedEvent:
+def failed_steer(conn: Any, target: str, steer_input: Any, returned: Any = None) -> ResponseSteerFailedEvent:
+    """The steer's failure; its input comes back as it was sent (or as ``returned``, when given)."""
     conn.response.steer(previous_response_id=target, input=steer_input)
     event = read_until(conn, lambda e: e.type.startswith("response.steer."))[-1]
     assert isinstance(event, ResponseSteerFailedEvent), event
     assert event.error.type == "invalid_request_error" and event.error.message
-    assert event.steer.input == steer_input, "the uncommitted input comes back as it was sent"
+    expected = steer_input if returned is None else returned
+    assert event.steer.input == expected, "the uncommitted input comes back as it was sent"
     return event
 
 
@@ -144,7 +146,7 @@ def test_invalid_input(client: OpenAI) -> None:
         conn.response.create(model=SLOW, input=LONG, store=False, max_output_tokens=600)
         target = read_until(conn, lambda e: e.type == "response.created")[0].response.id
         not_a_user = [{"type": "message", "role": "assistant", "content": "I will."}]
-        failed = failed_steer(conn, target, not_a_user)
+        failed = failed_steer(conn, target, not_a_user, returned="")  # not steering input: not returned
         assert failed.error.code == "invalid_input" and failed.steer.id is None
         ended = read_until(conn, terminal_of(target))[-1]
     assert ended.response.incomplete_details.reason == "max_output_tokens", (

@@ -61,14 +61,14 @@ def half_closed_answer(server: LabkitServer, stream: bool) -> list[Any]:
     events = []
     while (event := client.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
         events.append(event)
-        if isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+        if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
             break
     return events
 
 
 def test_a_half_closed_client_of_a_slow_json_answer_gets_it_after_a_102(server: LabkitServer) -> None:
     events = half_closed_answer(server, stream=False)
-    heads = [e.status_code for e in events if isinstance(e, (h11.InformationalResponse, h11.Response))]
+    heads = [e.status_code for e in events if isinstance(e, h11.InformationalResponse | h11.Response)]
     assert heads == [102, 200], heads
     body = b"".join(bytes(e.data) for e in events if isinstance(e, h11.Data))
     assert json.loads(body)["status"] == "completed"

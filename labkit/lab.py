@@ -40,6 +40,8 @@ The names, grouped:
   and why: ``check_guess`` neither confirms nor marks wrong against it), ``trend`` (a series'
   shape in words), ``claim`` (a lesson's claim checked against this run, counted by
   ``benchmarks/lesson_claims.py``)
+- build it yourself: ``exercises`` (the story notebooks' exercises: the learner's code, or
+  labkit's reference while it is still the skeleton, and each check's one-sentence verdict)
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
@@ -72,7 +74,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from labkit import __version__
-from labkit.analysis import frontend, plots, whatif
+from labkit.analysis import exercises, frontend, plots, whatif
 from labkit.analysis.claims import claim
 from labkit.analysis.cost_model import Prediction
 from labkit.analysis.cost_model import predict as _predict
@@ -144,6 +146,7 @@ __all__ = [
     "decide",
     "define",
     "end_to_end",
+    "exercises",
     "fetch_spans",
     "glossary",
     "growth",

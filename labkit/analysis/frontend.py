@@ -103,8 +103,7 @@ async def draws_widgets(timeout: float = PROBE_TIMEOUT_S) -> bool:
     ask()
     question = _question
     assert question is not None
-    # A reply that came while the kernel was busy is read only while this awaits: listen a little.
-    deadline = max(question.asked_at + timeout, time.monotonic() + LISTEN_AT_LEAST_S)
+    deadline = listen_until(question.asked_at, timeout, time.monotonic())
     while not question.heard and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     if question.handle is not None:
@@ -112,6 +111,19 @@ async def draws_widgets(timeout: float = PROBE_TIMEOUT_S) -> bool:
     question.probe.close()
     _answer, _question = any(question.heard), None
     return _answer
+
+
+def listen_until(asked_at: float, timeout: float, now: float) -> float:
+    """When to stop waiting for the probe's "drawn": ``timeout`` after it was shown, and never
+    before a short listen from ``now`` (a reply that came while the kernel was busy is read only
+    while this awaits).
+
+    >>> listen_until(asked_at=100.0, timeout=2.0, now=100.5)  # shown just now: the timeout
+    102.0
+    >>> listen_until(asked_at=40.0, timeout=2.0, now=100.0)  # long past: only the short listen
+    100.3
+    """
+    return max(asked_at + timeout, now + LISTEN_AT_LEAST_S)
 
 
 def known() -> bool | None:

@@ -208,7 +208,8 @@ class Intermediary:
 
     async def __call__(self, turn: ResponseRun) -> None:
         if turn.plan[Stage.INTERMEDIARY].runs is not Runs.SKIPPED:
-            with turn.trace.stage(Stage.INTERMEDIARY):
+            with turn.trace.stage(Stage.INTERMEDIARY) as span:
+                span.detail["hop_ms"] = self.intermediary.hop_ms  # the profile's, modelled
                 await timing.sleep(self.intermediary.hop_ms / 1000)
 
 

@@ -213,9 +213,17 @@ def test_an_early_wake_up_sleeps_again_until_the_deadline(monkeypatch: pytest.Mo
     assert fake["t"] >= 0.010 and slept == [0.010, 0.005]
 
 
-def test_nothing_to_wait_for_returns_at_once() -> None:
+def test_nothing_to_wait_for_returns_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No timer and no yield: a zero or negative wait never reaches the loop."""
+    slept: list[float] = []
+
+    async def recorded(seconds: float) -> None:
+        slept.append(seconds)
+
     async def main() -> None:
+        monkeypatch.setattr(asyncio, "sleep", recorded)
         await timing.sleep(0.0)
         await timing.sleep(-1.0)
 
     asyncio.run(main())
+    assert slept == []

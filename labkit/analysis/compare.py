@@ -1,9 +1,11 @@
 """``labkit compare``: every design on the same scenario and model speeds, side by side in one run.
 
-One server (one profile) serves every rollout; designs take turns within each
-repeat, so any drift of the machine touches them all alike. Each rollout
-starts cold (its own session line heads the instructions), as a new session
-would. The figures are medians over ``repeat`` rollouts.
+One server (one profile) serves every rollout. The designs take turns turn by turn, as the
+notebooks' rollouts do (``labkit.client.agent.take_turns``): every design plays turn *t* before
+any plays turn *t* + 1, so a machine that gets busier or quieter meanwhile touches them all
+alike, where whole rollouts one after another would each meet another machine. Each rollout
+starts cold (its own session line heads the instructions), as a new session would. The figures
+are medians over ``repeat`` rounds; ``labkit.cli.compare`` prints them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from labkit.analysis.metrics import summary
-from labkit.client.agent import Rollout
+from labkit.analysis.saving import share_saved
+from labkit.client.agent import Rollout, take_turns
 from labkit.client.launcher import LabkitServer
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import Catalogue, ModelSpec, builtin_speeds, load_catalogue
@@ -36,8 +39,8 @@ class Row:
     e2e_s: float
     ttft_mean_s: float
     api_share: float
-    speedup_vs_naive: float  # fraction of naive's end-to-end time saved
-    ttft_cut_vs_naive: float  # fraction of naive's mean TTFT saved
+    saved_vs_naive: float  # the share of naive's end-to-end time saved (labkit.analysis.saving)
+    ttft_cut_vs_naive: float  # the share of naive's mean TTFT saved
     turns: int
     runs: int
 
@@ -95,6 +98,7 @@ def run_designs(
     """
     data_dir = data_dir or default_data_dir()
     tps = list(dict.fromkeys(tps))  # a speed named twice is run once
+    designs = list(dict.fromkeys(designs))  # and a design
     script = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, data_dir)
     names, extra_models = models_for(tps, load_catalogue())
     with tempfile.TemporaryDirectory(prefix="labkit-compare-") as tmp:
@@ -104,18 +108,14 @@ def run_designs(
             models_file.write_text(extra_models)
             args += ["--models", str(models_file)]
         runs: dict[tuple[float, str], list[dict[str, Any]]] = {}
+        fresh = fresh_connection
         with LabkitServer(args=args, db=Path(tmp) / "responses.sqlite3", env=server_env) as server:
             warm_up(server.base_url, designs)
             for speed in tps:
                 for n in range(repeat):
-                    for design in designs:
-                        rollout = Rollout.run(
-                            server.base_url,
-                            design,
-                            script,
-                            model=names[speed],
-                            fresh_connection=fresh_connection,
-                        )
+                    model = names[speed]
+                    played = alternated(server.base_url, designs, script, model=model, fresh_connection=fresh)
+                    for design, rollout in played.items():
                         result = summary(rollout.frame())
                         runs.setdefault((speed, design), []).append(result)
                         if progress:
@@ -124,6 +124,16 @@ def run_designs(
                                 f"{result['e2e_s']:.2f} s end to end, {result['turns']} turns"
                             )
     return median_rows(runs, names, designs)
+
+
+def alternated(
+    base_url: str, designs: Sequence[str], scenario: Scenario, **options: Any
+) -> dict[str, Rollout]:
+    """Every design's whole rollout of ``scenario``, played turn by turn (``take_turns``)."""
+    played: dict[str, Rollout] = {}
+    for played in take_turns(base_url, designs, scenario, **options):  # noqa: B007 (the last round)
+        pass
+    return played
 
 
 def warm_up(base_url: str, designs: Sequence[str]) -> None:
@@ -154,35 +164,13 @@ def median_rows(
                     e2e_s=m["e2e_s"],
                     ttft_mean_s=m["ttft_mean_s"],
                     api_share=m["api_share"],
-                    speedup_vs_naive=1 - m["e2e_s"] / base["e2e_s"] if base else float("nan"),
-                    ttft_cut_vs_naive=1 - m["ttft_mean_s"] / base["ttft_mean_s"] if base else float("nan"),
+                    saved_vs_naive=share_saved(m["e2e_s"], base["e2e_s"] if base else None),
+                    ttft_cut_vs_naive=share_saved(m["ttft_mean_s"], base["ttft_mean_s"] if base else None),
                     turns=round(m["turns"]),
                     runs=len(runs[(speed, design)]),
                 )
             )
     return rows
-
-
-def format_tables(rows: Sequence[Row]) -> str:
-    """One table per speed, as ``labkit compare`` prints it."""
-    out = []
-    for speed in dict.fromkeys(r.tps for r in rows):
-        group = [r for r in rows if r.tps == speed]
-        runs = sorted({r.runs for r in group})
-        counted = str(runs[0]) if len(runs) == 1 else f"{runs[0]} to {runs[-1]}"
-        out.append(
-            f"\n{group[0].model} ({speed:g} tokens/s), median of {counted} run(s); "
-            "saved and cut: against naive"
-        )
-        out.append(
-            f"{'design':<10}{'end to end':>12}{'saved':>8}{'mean TTFT':>11}{'cut':>7}{'API share':>11}"
-        )
-        for r in group:
-            out.append(
-                f"{r.design:<10}{r.e2e_s:>10.2f} s{r.speedup_vs_naive:>8.0%}"
-                f"{r.ttft_mean_s * 1000:>8.0f} ms{r.ttft_cut_vs_naive:>7.0%}{r.api_share:>11.0%}"
-            )
-    return "\n".join(out)
 
 
 def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from labkit.analysis.compare import Row, model_near, rows_json, run_designs
 from labkit.analysis.cost_model import CpuCosts, Shape, predict
+from labkit.analysis.saving import saved_column, share_saved, ttft_cut_column
 from labkit.designs import DESIGNS
 from labkit.engine.catalogue import REPLAY_MODELS, builtin_speeds, load_catalogue
 from labkit.paths import DATA_ENV, builtin_data_dir, default_data_dir
@@ -33,6 +34,7 @@ DEFAULT_REPLAY_TPS = builtin_speeds(REPLAY_MODELS)
 REPLAYS = builtin_data_dir() / "replays"  # the recorded sessions labkit ships
 # A replayed session resends what it recorded: real histories outgrow the room-sized defaults.
 BODY_LIMIT = str(256 * 1024 * 1024)
+SAVED, TTFT_CUT = saved_column("naive"), ttft_cut_column("naive")  # the columns of a priced replay
 
 
 @dataclass
@@ -136,7 +138,7 @@ def price(
     profile: str = DEFAULT_PROFILE,
 ) -> PricedReplay:
     """The cost model's table for a recording, in well under a second: one row per (speed,
-    design) with ``e2e_s``, ``ttft_mean_s``, ``speedup_vs_naive`` and ``ttft_cut_vs_naive``,
+    design) with ``e2e_s``, ``ttft_mean_s``, ``saved_vs_naive`` and ``ttft_cut_vs_naive``,
     as ``replay(...).table`` has them. Speeds take the prefill speed of the nearest catalogue
     model, as ``labkit replay`` does. ``ReplayError`` if the file cannot be replayed.
 
@@ -162,8 +164,8 @@ def price(
                     "tps": float(speed),
                     "e2e_s": costs.end_to_end,
                     "ttft_mean_s": costs.mean_ttft,
-                    "speedup_vs_naive": 1 - costs.end_to_end / base.end_to_end if base else float("nan"),
-                    "ttft_cut_vs_naive": 1 - costs.mean_ttft / base.mean_ttft if base else float("nan"),
+                    SAVED: share_saved(costs.end_to_end, base.end_to_end if base else None),
+                    TTFT_CUT: share_saved(costs.mean_ttft, base.mean_ttft if base else None),
                     "turns": len(costs),
                 }
             )

@@ -227,7 +227,7 @@ def price_table(priced: pd.DataFrame) -> pd.DataFrame:
     """The price per speed and design, for people: end to end, the saving against naive, TTFT."""
     rows = priced.set_index(["tps", "design"])
     table = pd.DataFrame(
-        {E2E: rows["e2e_s"], saved("naive"): rows["speedup_vs_naive"], TTFT: rows["ttft_mean_s"] * 1000}
+        {E2E: rows["e2e_s"], saved("naive"): rows[replay.SAVED], TTFT: rows["ttft_mean_s"] * 1000}
     )
     table.index = [f"{_label(tps)}, {design}" for tps, design in table.index]
     return table
@@ -238,12 +238,12 @@ def comparison_table(priced: pd.DataFrame | None, measured: pd.DataFrame) -> pd.
     could not price the recording)."""
     got = measured.set_index(["tps", "design"])
     table = pd.DataFrame(
-        {"end to end, measured (s)": got["e2e_s"], "saved vs naive, measured": got["speedup_vs_naive"]}
+        {"end to end, measured (s)": got["e2e_s"], "saved vs naive, measured": got[replay.SAVED]}
     )
     if priced is not None:
         model = priced.set_index(["tps", "design"])
         table["end to end, predicted (s)"] = model["e2e_s"]
-        table["saved vs naive, predicted"] = model["speedup_vs_naive"]
+        table["saved vs naive, predicted"] = model[replay.SAVED]
     table.index = [f"{_label(tps)}, {design}" for tps, design in table.index]
     return table
 
@@ -265,7 +265,7 @@ def saving_bars(
             shown = rows is not None and not rows.empty
             common = {
                 "x": list(rows["design"]) if shown else [],
-                "y": list(rows["speedup_vs_naive"]) if shown else [],
+                "y": list(rows[replay.SAVED]) if shown else [],
                 "offsetgroup": _label(tps),
                 "legendgroup": _label(tps),
                 "visible": shown,

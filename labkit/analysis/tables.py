@@ -21,6 +21,7 @@ from pandas.io.formats.style import Styler
 
 from labkit.analysis.metrics import summary
 from labkit.analysis.precision import fixed, percent
+from labkit.analysis.saving import share_saved
 
 E2E = "end to end (s)"
 TTFT = "mean TTFT (ms)"
@@ -68,8 +69,8 @@ def compare(
     runs_of = {d: [runs] if isinstance(runs, pd.DataFrame) else list(runs) for d, runs in frames.items()}
     rows = {design: _figures(runs) for design, runs in runs_of.items()}
     table = pd.DataFrame(rows).T
-    table[saved(baseline)] = 1 - table[E2E] / table.loc[baseline, E2E]
-    table[ttft_cut(baseline)] = 1 - table[TTFT] / table.loc[baseline, TTFT]
+    table[saved(baseline)] = share_saved(table[E2E], table.loc[baseline, E2E])
+    table[ttft_cut(baseline)] = share_saved(table[TTFT], table.loc[baseline, TTFT])
     columns = [E2E, saved(baseline), TTFT, ttft_cut(baseline), API_SHARE]
     if table[RUNS].max() > 1:
         columns += [SPREAD, RUNS]

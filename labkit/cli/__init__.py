@@ -14,26 +14,14 @@ import sys
 from typing import NoReturn
 
 from labkit import __version__
-from labkit.cli.checks import (
-    CommandError,
-    check_models,
-    check_profile,
-    check_scenario,
-    design_names,
-    design_spec,
-    port_number,
-    positive_count,
-    speeds,
-)
+from labkit.cli.checks import CommandError, design_spec, port_number, positive_count
+from labkit.cli.compare import add_compare_parser
 from labkit.cli.doctor import doctor_command
 from labkit.cli.fit import add_fit_parser
 from labkit.cli.replay import add_replay_parser
 from labkit.cli.serve import DEFAULT_HOST, DEFAULT_PORT, add_limit_flags, serve
 from labkit.designs import DESIGNS
-from labkit.engine.catalogue import builtin_speeds
-from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE
-from labkit.scenarios import DEFAULT_SCENARIO, SYNTHETIC, SYNTHETIC_DEFAULTS
 
 DESCRIPTION = (
     "labkit: a Responses API server on a simulated inference engine. "
@@ -58,28 +46,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None or isinstance(action.default, bool):
             return action.help
         return super()._get_help_string(action)
-
-
-def compare_command(args: argparse.Namespace) -> None:
-    data_dir = default_data_dir()
-    check_scenario(args.scenario, data_dir)
-    check_profile(args.profile, data_dir)
-    check_models(None)  # $LABKIT_MODELS reaches the server compare starts
-    import json
-
-    from labkit.analysis.compare import format_tables, rows_json, run_designs, stderr_progress
-
-    rows = run_designs(
-        tps=args.tps,
-        scenario=args.scenario,
-        profile=args.profile,
-        repeat=args.repeat,
-        designs=args.designs,
-        fresh_connection=args.fresh_connection,
-        data_dir=data_dir,
-        progress=stderr_progress,
-    )
-    print(json.dumps(rows_json(rows), indent=2) if args.json else format_tables(rows))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,44 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_limit_flags(p)  # one per field of labkit.limits.ServerLimits
     p.set_defaults(func=serve, command_parser=p)
 
-    compare_help = "run every design on one scenario at several model speeds"
-    c = sub.add_parser("compare", help=compare_help, description=compare_help, formatter_class=HelpFormatter)
-    c.add_argument(
-        "--tps",
-        type=speeds,
-        default=",".join(map(str, builtin_speeds())),
-        help="decode speeds in tokens/s, comma-separated",
-    )
-    c.add_argument(
-        "--scenario",
-        default=DEFAULT_SCENARIO,
-        metavar="NAME",
-        help=f"a scenario in data/scenarios, or {SYNTHETIC}:KEY=N,... "
-        f"with keys {', '.join(SYNTHETIC_DEFAULTS)}",
-    )
-    c.add_argument(
-        "--profile", default=DEFAULT_PROFILE, metavar="NAME", help="latency profile: a name or a TOML file"
-    )
-    c.add_argument(
-        "--repeat",
-        type=positive_count,
-        default=3,
-        metavar="N",
-        help="rollouts per design and speed; the tables show their median",
-    )
-    c.add_argument(
-        "--designs",
-        type=design_names,
-        default=",".join(DESIGNS),
-        metavar="SPECS",
-        help="designs to run, comma-separated: names or composed specs, e.g. naive,naive+render_cache",
-    )
-    c.add_argument(
-        "--fresh-connection", action="store_true", help="HTTP designs: a new connection per request"
-    )
-    c.add_argument("--json", action="store_true", help="print rows as JSON instead of tables")
-    c.set_defaults(func=compare_command, command_parser=c)
-
+    add_compare_parser(sub, HelpFormatter)
     add_replay_parser(sub, HelpFormatter)
     add_fit_parser(sub, HelpFormatter)
 

@@ -26,8 +26,9 @@ def replay_command(args: argparse.Namespace) -> None:
         raise CommandError(f"cannot read '{args.file}': no such file")
     check_profile(args.profile, default_data_dir())
     check_models(None)  # $LABKIT_MODELS reaches the server replay starts
-    from labkit.analysis.compare import format_tables, rows_json, stderr_progress
+    from labkit.analysis.compare import rows_json, stderr_progress
     from labkit.analysis.replay import replay
+    from labkit.cli.compare import format_tables
     from labkit.scenarios.recording import ReplayError
 
     try:

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from labkit.analysis.compare import Row, format_tables, median_rows, models_for, rows_json
+from labkit.analysis.compare import Row, median_rows, models_for, rows_json
+from labkit.cli.compare import format_tables
 from labkit.engine.catalogue import MODELS_ENV, Catalogue, ModelSpec, load_catalogue
 
 CATALOGUE = Catalogue(
@@ -108,7 +109,7 @@ def test_rows_medians_and_ratios_against_naive() -> None:
     assert naive.e2e_s == pytest.approx(11.0)  # median(10, 12, 11)
     assert naive.ttft_mean_s == pytest.approx(0.5)  # median(0.5, 0.4, 0.6)
     assert naive.api_share == pytest.approx(0.4)  # median(0.4, 0.5, 0.3)
-    assert naive.speedup_vs_naive == pytest.approx(0.0)
+    assert naive.saved_vs_naive == pytest.approx(0.0)
     assert naive.ttft_cut_vs_naive == pytest.approx(0.0)
     assert (naive.turns, naive.runs) == (5, 3)
 
@@ -116,7 +117,7 @@ def test_rows_medians_and_ratios_against_naive() -> None:
     assert ws.e2e_s == pytest.approx(7.0)  # median(6, 8.8, 7)
     assert ws.ttft_mean_s == pytest.approx(0.25)  # median(0.3, 0.2, 0.25)
     assert ws.api_share == pytest.approx(0.15)  # median(0.1, 0.2, 0.15)
-    assert ws.speedup_vs_naive == pytest.approx(4 / 11)  # 1 - 7 / 11
+    assert ws.saved_vs_naive == pytest.approx(4 / 11)  # 1 - 7 / 11
     assert ws.ttft_cut_vs_naive == pytest.approx(0.5)  # 1 - 0.25 / 0.5
     assert (ws.turns, ws.runs) == (5, 3)
 
@@ -131,7 +132,7 @@ def test_rows_medians_and_ratios_against_naive() -> None:
     assert ws65.e2e_s == pytest.approx(31.5)  # (30 + 33) / 2
     assert ws65.ttft_mean_s == pytest.approx(1.25)  # (1 + 1.5) / 2
     assert ws65.api_share == pytest.approx(0.03)  # (0.02 + 0.04) / 2
-    assert ws65.speedup_vs_naive == pytest.approx(0.25)  # 1 - 31.5 / 42
+    assert ws65.saved_vs_naive == pytest.approx(0.25)  # 1 - 31.5 / 42
     assert ws65.ttft_cut_vs_naive == pytest.approx(0.5)  # 1 - 1.25 / 2.5
     assert ws65.runs == 2
     assert isinstance(ws65.turns, int)
@@ -145,7 +146,7 @@ def test_rows_count_runs_per_design() -> None:
     rows = median_rows(runs, {1000.0: "labkit-spark"}, DESIGNS)
     assert [r.runs for r in rows] == [1, 2]
     # websocket: median(6, 8) = 7; 1 - 7 / 10 = 0.3
-    assert rows[1].speedup_vs_naive == pytest.approx(0.3)
+    assert rows[1].saved_vs_naive == pytest.approx(0.3)
 
 
 def test_rows_without_naive_have_nan_ratios() -> None:
@@ -158,7 +159,7 @@ def test_rows_without_naive_have_nan_ratios() -> None:
     rows = median_rows(runs, {1000.0: "labkit-spark"}, ("websocket", "appended"))
     assert [r.design for r in rows] == ["websocket", "appended"]
     for r in rows:
-        assert math.isnan(r.speedup_vs_naive)
+        assert math.isnan(r.saved_vs_naive)
         assert math.isnan(r.ttft_cut_vs_naive)
     assert rows[1].e2e_s == pytest.approx(5.0)
 
@@ -198,7 +199,7 @@ def test_rows_json_round_trips() -> None:
     field_names = [f.name for f in dataclasses.fields(Row)]
     assert all(isinstance(d, dict) and list(d) == field_names for d in data)
     assert data[3]["design"] == "websocket"
-    assert data[3]["speedup_vs_naive"] == pytest.approx(4 / 11)
+    assert data[3]["saved_vs_naive"] == pytest.approx(4 / 11)
     # Through JSON text and back to Rows.
     again = [Row(**d) for d in json.loads(json.dumps(data))]
     assert again == rows
@@ -208,7 +209,7 @@ def test_rows_json_keeps_nan() -> None:
     only = {(65.0, "websocket"): [run(30.0, 1.0, 0.02)]}
     rows = median_rows(only, {65.0: "labkit-classic"}, ("websocket",))
     (data,) = rows_json(rows)
-    assert math.isnan(data["speedup_vs_naive"])
+    assert math.isnan(data["saved_vs_naive"])
     assert math.isnan(json.loads(json.dumps(data))["ttft_cut_vs_naive"])
 
 
@@ -230,3 +231,32 @@ def test_the_header_says_when_designs_ran_different_numbers_of_times() -> None:
     runs = {**RUNS, (65.0, "naive"): [*RUNS[(65.0, "naive")], run(42.0, 2.5, 0.06)]}
     text = format_tables(median_rows(runs, NAMES, DESIGNS))
     assert "median of 2 to 3 run(s)" in text
+
+
+# ---------------------------------------------------------------- the designs take turns, turn by turn
+
+
+def test_designs_take_turns_turn_by_turn_on_a_real_server() -> None:
+    """``labkit compare`` plays the designs as the notebooks do: every design sends turn *t*
+    before any sends turn *t* + 1, so a machine that changes meanwhile touches them alike."""
+    from labkit.analysis.compare import alternated, run_designs
+    from labkit.client.launcher import LabkitServer
+    from labkit.scenarios import synthetic
+
+    scenario = synthetic(turns=3, output_tokens=8, tool_tokens=16, instruction_tokens=32)
+    with LabkitServer(args=["--profile", "local"]) as server:
+        played = alternated(server.base_url, ["naive", "websocket", "appended"], scenario)
+    sends = {
+        design: rollout.frame().query("stage == 'send'").groupby("turn")["start"].min()
+        for design, rollout in played.items()
+    }
+    assert all(len(starts) == 3 for starts in sends.values())
+    for turn in sorted(sends["naive"].index)[:-1]:
+        last_of_this = max(starts[turn] for starts in sends.values())
+        assert last_of_this < min(starts[turn + 1] for starts in sends.values())
+
+    rows = run_designs(tps=[1000.0], scenario=scenario, profile="local", designs=["naive", "websocket"])
+    assert [(r.design, r.turns, r.runs) for r in rows] == [("naive", 3, 1), ("websocket", 3, 1)]
+    naive, websocket = rows
+    assert naive.saved_vs_naive == 0
+    assert websocket.saved_vs_naive == pytest.approx(1 - websocket.e2e_s / naive.e2e_s)

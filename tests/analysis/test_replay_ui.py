@@ -42,7 +42,7 @@ def test_price_has_a_row_per_speed_and_design_with_the_recorded_turns() -> None:
         (tps, d) for tps in (65.0, 1000.0) for d in DESIGNS
     ]
     assert (table["turns"] == len(priced.replay.turns)).all()
-    by = table.set_index(["tps", "design"])["speedup_vs_naive"]
+    by = table.set_index(["tps", "design"])["saved_vs_naive"]
     assert by[(1000.0, "naive")] == 0
     # fast decoding exposes the service: every design saves more at 1,000 tokens/s than at 65
     assert all(by[(1000.0, d)] > by[(65.0, d)] for d in DESIGNS if d != "naive")
@@ -51,7 +51,7 @@ def test_price_has_a_row_per_speed_and_design_with_the_recorded_turns() -> None:
 def test_price_uses_the_columns_a_measured_replay_has() -> None:
     priced = price(REPLAYS / "transcript-http.json", cpu=CPU, tps=(1000,)).table
     measured = replay(REPLAYS / "transcript-http.json", tps=(1000,), designs=("naive", "websocket")).table
-    assert {"design", "tps", "e2e_s", "ttft_mean_s", "speedup_vs_naive", "ttft_cut_vs_naive", "turns"} <= set(
+    assert {"design", "tps", "e2e_s", "ttft_mean_s", "saved_vs_naive", "ttft_cut_vs_naive", "turns"} <= set(
         measured.columns
     ) & set(priced.columns)
     assert list(measured["turns"]) == list(priced.set_index("design").loc[["naive", "websocket"], "turns"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from labkit.analysis.cost_model import Prediction, Shape, predict
 from labkit.analysis.fit.inputs import FitInputError, FitInputs, Parameter
+from labkit.analysis.saving import share_saved
 from labkit.engine.catalogue import UnknownModel, load_catalogue
 from labkit.paths import default_data_dir
 from labkit.profiles import Profile, load_profile
@@ -131,8 +132,8 @@ def outcome(kind: str, design: Timing | Prediction, baseline: Timing | Predictio
     (0.4, 0.5)
     """
     if kind == "ttft_cut":
-        return 1 - design.mean_ttft / baseline.mean_ttft
-    return 1 - design.end_to_end / baseline.end_to_end
+        return share_saved(design.mean_ttft, baseline.mean_ttft)
+    return share_saved(design.end_to_end, baseline.end_to_end)
 
 
 def model_outcomes(inputs: FitInputs, basis: Basis, profile: Profile) -> dict[str, float]:

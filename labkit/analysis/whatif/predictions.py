@@ -11,6 +11,7 @@ import pandas as pd
 
 from labkit.analysis.cost_model import CpuCosts, Prediction, Shape
 from labkit.analysis.cost_model import predict as price
+from labkit.analysis.saving import share_saved
 from labkit.analysis.tables import E2E, TTFT, saved
 from labkit.analysis.whatif.as_run import run_frame
 from labkit.analysis.whatif.settings import BASELINES, RANGES, Settings, saving_column
@@ -42,7 +43,7 @@ def predict(settings: Settings, cpu: CpuCosts, designs: Sequence[str] = tuple(DE
     e2e = table.set_index("design")["e2e_s"]
     for baseline in BASELINES:
         if baseline in e2e:
-            table[saving_column(baseline)] = 1 - table["e2e_s"] / e2e[baseline]
+            table[saving_column(baseline)] = share_saved(table["e2e_s"], e2e[baseline])
     return table
 
 

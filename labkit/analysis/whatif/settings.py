@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from labkit.analysis.cost_model import CpuCosts, Shape
+from labkit.analysis.saving import saved_column
 from labkit.client.agent import DEFAULT_MODEL
 from labkit.engine.catalogue import load_catalogue
 from labkit.paths import builtin_data_dir
@@ -173,4 +174,4 @@ def saving_column(baseline: str) -> str:
     """
     if baseline not in BASELINES:
         raise ValueError(f"a saving is against one of {', '.join(BASELINES)}, not {baseline!r}")
-    return f"saved_vs_{baseline}"
+    return saved_column(baseline)

@@ -1,5 +1,7 @@
 """Checks run inside the environment the README's main command builds (see .ci/check-main-env).
 
+Every Python example of the README and of the guides in docs/ runs here, as printed.
+
 Not a test module: that environment has no pytest. Each step prints its time; any failure
 raises, so the process exits non-zero.
 """
@@ -18,8 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
-README_URL = "http://127.0.0.1:8765/v1"
+EXAMPLE_URL = "http://127.0.0.1:8765/v1"
+# The wire references show fragments of a session already open (`conn`, `create_body`), not
+# programs to copy whole; every other guide's examples run as printed.
+FRAGMENTS = ("docs/protocol.md", "docs/appended.md")
 COMPARE_ARGS = [
     "compare",
     "--tps", "1000",
@@ -54,20 +58,35 @@ def _raise(name: str) -> None:
     raise ImportError(f"cannot import {name}")
 
 
-def readme_python_blocks() -> list[str]:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    if not blocks:
-        raise AssertionError("README.md has no ```python blocks")
-    return blocks
+def example_documents() -> list[Path]:
+    """The files a user copies Python examples from: the README, then the guides in docs/."""
+    guides = [path for path in sorted(REPO.glob("docs/*.md")) if f"docs/{path.name}" not in FRAGMENTS]
+    return [REPO / "README.md", *guides]
 
 
-def run_readme_block(block: str) -> None:
-    """Run a README example; one written against a running `labkit serve` gets its own server."""
-    if f'base_url="{README_URL}"' in block:
+def python_examples() -> list[tuple[str, str]]:
+    """Every top-level ```python block of those files, with the file it is in.
+
+    >>> any(name == "docs/setups.md" and EXAMPLE_URL in block for name, block in python_examples())
+    True
+    """
+    examples = [
+        (path.relative_to(REPO).as_posix(), block)
+        for path in example_documents()
+        for block in re.findall(r"^```python\n(.*?)^```", path.read_text(encoding="utf-8"), re.M | re.S)
+    ]
+    if not examples:
+        raise AssertionError("README.md and docs/*.md have no ```python blocks")
+    return examples
+
+
+def run_example(block: str) -> None:
+    """Run a README or docs example; one written against a running `labkit serve` gets its own server."""
+    if f'base_url="{EXAMPLE_URL}"' in block:
         from labkit.client.launcher import LabkitServer
 
         with LabkitServer() as server:
-            exec(block.replace(README_URL, server.base_url), {"__name__": "__main__"})
+            exec(block.replace(EXAMPLE_URL, server.base_url), {"__name__": "__main__"})
     else:
         exec(block, {"__name__": "__main__"})
 
@@ -92,10 +111,10 @@ def run_compare() -> None:
 def main() -> None:
     with step("import every module under labkit/"):
         print(f"[check-main-env]   {import_every_module()} modules")
-    for number, block in enumerate(readme_python_blocks(), 1):
+    for number, (name, block) in enumerate(python_examples(), 1):
         first_line = block.strip().splitlines()[0]
-        with step(f"README python block {number} ({first_line})"):
-            run_readme_block(block)
+        with step(f"python example {number}, {name} ({first_line})"):
+            run_example(block)
     with step("labkit " + " ".join(COMPARE_ARGS)):
         run_compare()
 

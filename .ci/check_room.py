@@ -1,5 +1,5 @@
-"""The README's room, run: the command of "Running labkit for a room", as the README writes it,
-serving the story notebooks under the learners' keys and the dashboard under the instructor's.
+"""The room guide's room, run: the command of "Running labkit for a room", as docs/instructors.md
+writes it, serving the story notebooks under the learners' keys and the dashboard under the instructor's.
 
     python .ci/check_room.py [--limit SECONDS]
 
@@ -40,7 +40,7 @@ from labkit.api.owners import owner_of_key
 from labkit.client.launcher import READY
 from labkit.client.room import KEY_ENV, NAME_ENV, URL_ENV
 
-README = ROOT / "README.md"
+ROOM_GUIDE = ROOT / "docs" / "instructors.md"  # the README links it for a room
 SECTION = "## Running labkit for a room"
 LEARNER_NOTEBOOKS = [
     "01_naive_stateless_loop.ipynb",
@@ -50,7 +50,8 @@ LEARNER_NOTEBOOKS = [
 ]
 INSTRUCTOR_NOTEBOOK = "07_instructor_dashboard.ipynb"
 START_S = 60.0  # from the command to /healthz answering: the workers start in a few seconds
-# SIGTERM's bound (README, "Stopping"): at most 8 s whatever the disk does; this allows twice that.
+# SIGTERM's bound (docs/instructors.md, "Stopping"): at most 8 s whatever the disk does; this allows
+# twice that.
 STOP_S = 16.0
 POSIX = os.name == "posix"
 
@@ -59,19 +60,19 @@ def say(line: str) -> None:
     print(f"[check-room] {line}", flush=True)
 
 
-# ---------------------------------------------------------------- the README's command
+# ---------------------------------------------------------------- the room guide's command
 
 
-def room_command(readme: str) -> list[str]:
+def room_command(guide: str) -> list[str]:
     """The argument list of the room section's fenced command.
 
-    >>> readme = "## Running labkit for a room\\n```bash\\nlabkit serve \\\\\\n  --api-key k\\n```\\n"
-    >>> room_command(readme)
+    >>> guide = "## Running labkit for a room\\n```bash\\nlabkit serve \\\\\\n  --api-key k\\n```\\n"
+    >>> room_command(guide)
     ['labkit', 'serve', '--api-key', 'k']
     """
-    if SECTION not in readme:
-        raise SystemExit(f"check_room: README.md has no section {SECTION!r}")
-    section = readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    if SECTION not in guide:
+        raise SystemExit(f"check_room: docs/instructors.md has no section {SECTION!r}")
+    section = guide.split(SECTION, 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     if block is None:
         raise SystemExit(f"check_room: the section {SECTION!r} has no ```bash block")
@@ -115,7 +116,7 @@ def with_value(argv: list[str], option: str, value: str) -> list[str]:
 
 
 def name_of(key: str) -> str:
-    """A learner's name from the key the README hands them: ``sk-room-ada`` is Ada."""
+    """A learner's name from the key the room guide hands them: ``sk-room-ada`` is Ada."""
     return key.rsplit("-", 1)[-1].title()
 
 
@@ -134,7 +135,7 @@ class Room:
         self.log: deque[str] = deque(maxlen=200)
         self.url: str | None = None
         self._ready = threading.Event()
-        # The README's argv with its console script; PYTHONUNBUFFERED so its lines arrive as said.
+        # The guide's argv with its console script; PYTHONUNBUFFERED so its lines arrive as said.
         windows_group = {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
         group = {"start_new_session": True} if POSIX else windows_group
         self.process = subprocess.Popen(
@@ -241,10 +242,10 @@ def main() -> int:
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="labkit-room-") as tmp:
-        argv = room_command(README.read_text(encoding="utf-8"))
+        argv = room_command(ROOM_GUIDE.read_text(encoding="utf-8"))
         argv = with_value(with_value(argv, "--host", "127.0.0.1"), "--port", "0")
         argv = with_value(argv, "--db", str(Path(tmp) / "room.sqlite3"))
-        say("the README's room: " + shlex.join(argv))
+        say("the room guide's room: " + shlex.join(argv))
         room = Room(argv, Path(tmp) / "room.sqlite3")
         try:
             root = room.wait_healthy()

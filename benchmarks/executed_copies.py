@@ -4,7 +4,7 @@ every figure and diagram drawn in Chromium with the network refused.
     python benchmarks/executed_copies.py [--python .venv/bin/python]
                                          [--runner nbconvert|papermill|nbclient] [--out DIR] [NOTEBOOK ...]
 
-Per notebook, as the README's "Executed copies" says and with no environment variable: the
+Per notebook, as docs/measuring.md's "Executed copies" says and with no environment variable: the
 notebook is executed by a headless runner (by default ``jupyter nbconvert --to notebook
 --execute``, what ``--to html --execute`` runs before it exports; or papermill, or ``jupyter
 execute``, which is nbclient; the commands are ``benchmarks/headless_runners.py``'s) and the

@@ -13,7 +13,7 @@ itself even if the server hangs. Then it stops the server (SIGTERM, which drains
 billing) and counts the billing ledger's rows in the server's SQLite file against the
 responses the clients saw complete.
 
-The server requires keys, as a room's does (README, "Running labkit for a room"): each learner
+The server requires keys, as a room's does (docs/instructors.md, "Running labkit for a room"): each learner
 has a key of their own (``--no-keys`` serves it open instead, everyone on any key).
 
 With ``--hostile N`` the room runs twice, the second time beside a hostile learner: N raw

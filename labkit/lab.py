@@ -37,9 +37,10 @@ The names, grouped:
   rows, shown in full), ``check_guess`` (a
   prediction against the measurement, in one sentence), ``decide`` (a word from a difference,
   or ``Undecided`` when the runs' noise is larger), ``Undecided`` (a run that could not decide,
-  and why: ``check_guess`` neither confirms nor marks wrong against it), ``trend`` (a series'
-  shape in words), ``claim`` (a lesson's claim checked against this run, counted by
-  ``benchmarks/lesson_claims.py``)
+  and why: ``check_guess`` neither confirms nor marks wrong against it), ``self_check`` (a
+  notebook's closing questions graded, one line each, then how many were right or close),
+  ``trend`` (a series' shape in words), ``claim`` (a lesson's claim checked against this run,
+  counted by ``benchmarks/lesson_claims.py``)
 - build it yourself: ``exercises`` (the story notebooks' exercises: the learner's code, or
   labkit's reference while it is still the skeleton, and each check's one-sentence verdict)
 - the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
@@ -82,7 +83,7 @@ from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.frames import span_detail, stage_work
 from labkit.analysis.glossary import define, glossary
 from labkit.analysis.growth import HISTORY_STAGES, Growth, growth, stage_ms
-from labkit.analysis.guesses import Undecided, decide, trend
+from labkit.analysis.guesses import Undecided, decide, self_check, trend
 from labkit.analysis.guesses import check as check_guess
 from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
@@ -97,7 +98,7 @@ from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, fetch_spans, ta
 from labkit.client.launcher import LabkitServer
 from labkit.client.reading import ResponseFailed, completed, until_paused
 from labkit.client.records import TurnRecord
-from labkit.client.room import RoomServer, joined, learner_name, unread_variables
+from labkit.client.room import RoomServer, joined, learner_name, room_url, unread_variables
 from labkit.client.trace_watch import TraceWatcher
 from labkit.client.wires import side_by_side as wire_events
 from labkit.designs import DESIGNS, Design, compose, plan_rows
@@ -159,6 +160,7 @@ __all__ = [
     "replay_lab",
     "saving",
     "scenario",
+    "self_check",
     "server",
     "shape",
     "show",
@@ -193,7 +195,9 @@ def about() -> str:
     return f"labkit {__version__} · Python {platform.python_version()} · {os.cpu_count()} cores"
 
 
-def server(*, args: list[str] | None = None, **options: Any) -> LabkitServer | RoomServer:
+def server(
+    *, args: list[str] | None = None, connection_cache: type | None = None, **options: Any
+) -> LabkitServer | RoomServer:
     """The server a notebook uses: the room's, joined, when ``$LABKIT_URL`` names one (with the
     key in ``$LABKIT_API_KEY``); otherwise a ``LabkitServer`` of its own, started with ``args``
     and ``options``. Either way ``base_url``, ``api_key`` and ``close()`` work; ``shared`` says
@@ -206,7 +210,20 @@ def server(*, args: list[str] | None = None, **options: Any) -> LabkitServer | R
 
         server = lab.server()
         client = OpenAI(base_url=server.base_url, api_key=server.api_key)
+
+    ``connection_cache=MyCache`` (exercise 3): a server of the notebook's own whose WebSocket
+    connections use the learner's class (``labkit serve --connection-cache``), even in a room:
+    a learner's code never runs on the room's server.
+
+        mine = lab.server(connection_cache=MyCache)
     """
+    if connection_cache is not None:
+        if joined_url := room_url():
+            print(
+                f"labkit: your connection cache runs on a server of this notebook's own, not on the "
+                f"room's at {joined_url}"
+            )
+        return LabkitServer(args=args, connection_cache=connection_cache, **options).start()
     name = learner_name()  # a bad $LABKIT_NAME is one sentence now, not a failed request later
     room = joined()
     if room is None:

@@ -45,6 +45,9 @@ MAX_PENDING_STEERS = 8  # steering inputs queued on one response, waiting to be 
 # sessions start at 1,024): thousands of connections, and a bound on what half-sent requests hold
 # (about 3 KB each, benchmarks/room_faults.py: some 25 MB at most).
 OPEN_FILES_WANTED = 8192
+# How long one call into a learner's connection cache may take (labkit serve --connection-cache);
+# past it the call is stopped and the connection goes on with labkit's cache.
+LEARNER_CALL_DEADLINE_S = 0.5
 DB_BUSY_TIMEOUT_S = 2.0  # how long a statement waits for a lock on --db held elsewhere; past it, a 503
 
 

@@ -7,6 +7,7 @@ writes one, so *Run All* still works); a later cell calls ``check`` with the mea
     decide(difference, noise, words=("larger", "smaller"), what="the difference", fmt="{:.0%}")
         -> str | Undecided
     Undecided(reason, answers=())        # a run that could not decide, and why
+    self_check(questions) -> list[str]   # a notebook's self-check: one line each, then the tally
 
 **Shares** (``fmt`` shows a fraction as percent, as ``"{:.0%}"`` does): 0.3, ``"0.3"``, 30,
 ``"30%"`` and ``"30 %"`` all mean 30%. A bare number above 1 (up to 100) is read as percent, and
@@ -74,8 +75,9 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from labkit.analysis.precision import decimals, fixed, percent, points
 
@@ -418,3 +420,44 @@ def _undecided(guess: float | str | None, run: Undecided, what: str, fmt: str) -
         f"You guessed {shown} for {what}{note}; {couldnt}, so your guess is neither confirmed nor "
         "marked wrong: more runs may decide."
     )
+
+
+# ---------------------------------------------------------------- a self-check
+
+# The verdict that ends a ``check`` sentence when the guess was right or close.
+_RIGHT_OR_CLOSE = re.compile(r": (?:right|close \([^()]*\))\.$")
+
+
+def self_check(questions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A notebook's self-check graded: one numbered ``check`` sentence per question (each a
+    mapping of ``check``'s arguments), then how many were right or close, counted from those
+    sentences' verdicts, and how many were left empty or could not be decided.
+
+    >>> lines = self_check([
+    ...     dict(guess="goes up", measured="grows", what="the history a turn carries"),
+    ...     dict(guess=0.5, measured=0.45, what="the API's share"),
+    ...     dict(guess=None, measured=0.2, what="the saving"),
+    ... ])
+    >>> print(lines[0])  # doctest: +NORMALIZE_WHITESPACE
+    1. You guessed 'goes up' for the history a turn carries (read as 'grows');
+    this run's answer is 'grows': right.
+    >>> print(lines[-1])
+    2 of 3 right or close (1 left empty: set it above and run again).
+    >>> self_check([dict(guess=None, measured="yes", what="x")])[-1]
+    '0 of 1 right or close (1 left empty: set it above and run again).'
+    """
+    if not questions:
+        raise ValueError("a self-check needs at least one question")
+    sentences = [check(**question) for question in questions]
+    right = sum(bool(_RIGHT_OR_CLOSE.search(s)) for s in sentences)
+    empty = sum(q.get("guess") is None for q in questions)
+    undecided = sum(
+        isinstance(q.get("measured"), Undecided) and q.get("guess") is not None for q in questions
+    )
+    notes = []
+    if empty:
+        notes.append(f"{empty} left empty: set {'it' if empty == 1 else 'them'} above and run again")
+    if undecided:
+        notes.append(f"{undecided} this run could not decide")
+    tally = f"{right} of {len(questions)} right or close" + (f" ({'; '.join(notes)})" if notes else "")
+    return [*(f"{n}. {s}" for n, s in enumerate(sentences, 1)), tally + "."]

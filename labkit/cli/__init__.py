@@ -19,7 +19,7 @@ from labkit.cli.compare import add_compare_parser
 from labkit.cli.doctor import doctor_command
 from labkit.cli.fit import add_fit_parser
 from labkit.cli.replay import add_replay_parser
-from labkit.cli.serve import DEFAULT_HOST, DEFAULT_PORT, add_limit_flags, serve
+from labkit.cli.serve import DEFAULT_HOST, DEFAULT_PORT, add_connection_cache_flag, add_limit_flags, serve
 from labkit.designs import DESIGNS
 from labkit.profiles import DEFAULT_PROFILE
 
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "parent is gone and the server has stopped",
     )
     add_limit_flags(p)  # one per field of labkit.limits.ServerLimits
+    add_connection_cache_flag(p)
     p.set_defaults(func=serve, command_parser=p)
 
     add_compare_parser(sub, HelpFormatter)

@@ -36,7 +36,7 @@ FOUND_NOT_IMPORTED = ("jupyterlab",)
 IPYKERNEL_NEEDED = ">=7"  # live plots update while a cell awaits only from ipykernel 7 on
 LOOPBACK = "127.0.0.1"
 # Scanning 0.22 ms plus tokenizing 0.21 ms per 1k tokens, as ``lab.cpu_costs()`` measures them:
-# the machine the README's tables come from (2 cores, Linux).
+# the machine the documentation's tables come from (2 cores, Linux).
 REFERENCE_MS_PER_1K = 0.43
 SMOKE_ARGS = ["--profile", "local"]
 SMOKE_SCENARIO = "synthetic:turns=3,output_tokens=20,tool_tokens=200,instruction_tokens=200"

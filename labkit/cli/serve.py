@@ -79,6 +79,38 @@ def _bind_problem(e: OSError, host: str, port: int) -> str:
     return f"cannot listen on {host}:{port}: {e.strerror or e}"
 
 
+def add_connection_cache_flag(parser: argparse.ArgumentParser) -> None:
+    """``--connection-cache FILE.py:ClassName``: a learner's connection cache, in place of labkit's
+    (``labkit.server.learner_cache``; a server of the learner's own, on this machine only)."""
+    parser.add_argument(
+        "--connection-cache",
+        metavar="FILE.py:CLASS",
+        help="every WebSocket connection's cache is an instance of this class (serve, keep, failed, "
+        "as labkit.server.connection_cache's), each call guarded: a learner's exercise; loopback --host only",
+    )
+
+
+def load_connection_cache(spec: str | None, host: str) -> type | None:
+    """The class ``--connection-cache`` names, loaded once; one line (exit 2) if it cannot be.
+    A learner's code runs only on a server of their own: never on a room's (a non-loopback host)."""
+    if spec is None:
+        return None
+    from labkit.cli.checks import _is_loopback
+    from labkit.server.learner_cache import LearnerCacheError, load_class
+
+    if not _is_loopback(host):
+        raise CommandError(
+            f"--connection-cache runs a learner's code: only on a server of the learner's own, on a "
+            f"loopback --host (127.0.0.1), not on {host}"
+        )
+    try:
+        found = load_class(spec)
+    except LearnerCacheError as err:
+        raise CommandError(str(err)) from None
+    print(f"labkit: every WebSocket connection's cache is {found.__name__}, from {spec.rpartition(':')[0]}")
+    return found
+
+
 def limit_flag(name: str) -> str:
     """The ``labkit serve`` flag of a ``ServerLimits`` field: a trailing ``_s`` (seconds) left off.
 
@@ -166,6 +198,7 @@ def serve(args: argparse.Namespace) -> None:
     check_keys(
         args.host, config.api_keys, allow_no_keys=args.allow_no_keys, instructor_keys=config.instructor_keys
     )
+    config.connection_cache = load_connection_cache(getattr(args, "connection_cache", None), args.host)
     if args.remove_with_parent and not args.exit_with_parent:
         raise CommandError("--remove-with-parent needs --exit-with-parent")
     raise_open_files_limit()  # room for a room's connections (workers inherit it): most start at 1,024

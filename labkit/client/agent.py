@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ from labkit.client.room import client_key
 from labkit.client.room import learner_name as learner_name_of
 from labkit.client.sandbox import Sandbox
 from labkit.client.tools import TOOL_SPECS, run_tool
-from labkit.client.transports import TurnRequest, TurnResult, open_transport
+from labkit.client.transports import Transport, TurnFailed, TurnRequest, TurnResult, open_transport
 from labkit.paths import default_data_dir
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
 from labkit.text.passage import text_of_tokens
@@ -110,18 +110,17 @@ def run_rollout(
         history: list[Item] = [{"type": "message", "role": "user", "content": scenario.user}]
         new = list(history)
         for turn in range(max(MAX_TURNS, scenario.turns)):  # a long replay plays all its turns
-            result = transport.turn(
-                TurnRequest(
-                    model=model,
-                    instructions=instructions,
-                    tools=toolbox.specs,
-                    history=history,
-                    new=new,
-                    metadata=metadata,
-                    prompt_cache_key=f"labkit-{session}" if prompt_cache_key else None,
-                    reconnect=turn in reconnects,
-                )
+            request = TurnRequest(
+                model=model,
+                instructions=instructions,
+                tools=toolbox.specs,
+                history=history,
+                new=new,
+                metadata=metadata,
+                prompt_cache_key=f"labkit-{session}" if prompt_cache_key else None,
+                reconnect=turn in reconnects,
             )
+            result = _turn_or_resend(transport, request)
             record = _record(design, turn, result)
             outputs = [_replayable(item) for item in result.output]
             new = []
@@ -137,6 +136,21 @@ def run_rollout(
             yield record
             if not new:
                 return
+
+
+def _turn_or_resend(transport: Transport, request: TurnRequest) -> TurnResult:
+    """The turn; on a socket whose cache missed the previous response (``store=false``: nothing
+    else holds it), the whole conversation again on a new socket, as a client must. The turn
+    then counts from the first attempt: a cache that misses costs its client that round trip.
+    (A learner's connection cache that misses, exercise 3 of notebook 03, is paid for here.)"""
+    started = time.perf_counter()
+    try:
+        return transport.turn(request)
+    except TurnFailed as failed:
+        if "previous_response_not_found" not in str(failed) or request.reconnect:
+            raise
+    result = transport.turn(replace(request, reconnect=True))
+    return replace(result, sent=started, build=None)
 
 
 def fetch_spans(
@@ -265,6 +279,8 @@ def take_turns(
     base_url: str,
     designs: Sequence[str],
     scenario: str | Scenario = DEFAULT_SCENARIO,
+    *,
+    elsewhere: Mapping[str, tuple[str, str]] | None = None,
     **options: Any,
 ) -> Iterator[dict[str, Rollout]]:
     """One rollout per design of the same task, taking turns: every design plays turn *t* before
@@ -278,9 +294,18 @@ def take_turns(
 
         for rollouts in take_turns(server.base_url, ["naive", "websocket"], watch=True):
             plot.update({d: r.frame() for d, r in rollouts.items()})
+
+    ``elsewhere`` names rollouts that run on another server: a label of ``designs`` mapped to
+    its design and that server's base URL, e.g. a learner's connection cache beside labkit's:
+
+        take_turns(server.base_url, ["sprint", "websocket", "yours"], elsewhere={"yours":
+                   ("websocket", mine.base_url)})
     """
-    rollouts = {design: Rollout(design) for design in designs}
-    playing = {design: rollout.play(base_url, scenario, **options) for design, rollout in rollouts.items()}
+    where = {label: (label, base_url) for label in designs} | dict(elsewhere or {})
+    rollouts = {label: Rollout(where[label][0]) for label in designs}
+    playing = {
+        label: rollout.play(where[label][1], scenario, **options) for label, rollout in rollouts.items()
+    }
     while playing:
         for design, turns in list(playing.items()):
             if next(turns, None) is None:

@@ -51,6 +51,8 @@ class LabkitServer:
         server = LabkitServer().start()      # in a notebook: start in one cell ...
         server.close()                       # ... and stop in the last one
 
+    ``connection_cache=MyCache`` runs ``labkit serve --connection-cache`` with that class (a
+    learner's, from a notebook cell: ``labkit.client.learner_source`` writes it as a module).
     ``workers=N`` runs ``labkit serve --workers N`` (see ``labkit.server.workers``);
     ``processes()`` lists the server's process ids, workers included. With
     ``exit_with_parent`` (the default) the server stops by itself once this process
@@ -68,6 +70,7 @@ class LabkitServer:
         timeout: float = 30.0,
         workers: int = 1,
         exit_with_parent: bool = True,
+        connection_cache: type | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -79,6 +82,8 @@ class LabkitServer:
             db = Path(self._tmp.name) / "responses.sqlite3"
         self.db = Path(db)
         self.args = list(args or [])
+        self.connection_cache = connection_cache  # a learner's class, for --connection-cache
+        self._source_tmp: tempfile.TemporaryDirectory | None = None
         self.env = env
         self.timeout = timeout
         self.url: str | None = None
@@ -103,6 +108,8 @@ class LabkitServer:
         atexit.register(self.close)
         cmd = [sys.executable, "-m", "labkit", "serve", "--host", self.host, "--port", str(self.port)]
         cmd += ["--db", str(self.db), *self.args]
+        if self.connection_cache is not None:
+            cmd += ["--connection-cache", f"{self._cache_module()}:{self.connection_cache.__name__}"]
         if self.workers > 1:
             cmd += ["--workers", str(self.workers)]
         if self.exit_with_parent:
@@ -129,6 +136,19 @@ class LabkitServer:
                 output = "\n".join(self.log)
                 raise ServerStartError(f"labkit serve did not start:\n{output}")
         return self
+
+    def _cache_module(self) -> Path:
+        """The learner's class as a module, in the server's temporary folder (it goes with it)."""
+        from labkit.client.learner_source import write_module
+
+        if self._tmp is not None:
+            folder = Path(self._tmp.name)
+        else:
+            if self._source_tmp is None:
+                self._source_tmp = tempfile.TemporaryDirectory(prefix="labkit-cache-")
+            folder = Path(self._source_tmp.name)
+        assert self.connection_cache is not None
+        return write_module(self.connection_cache, folder)
 
     def _pump(self, ready: threading.Event) -> None:
         assert self.process is not None and self.process.stdout is not None
@@ -169,9 +189,10 @@ class LabkitServer:
     def close(self) -> None:
         atexit.unregister(self.close)
         self.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        for folder in (self._tmp, self._source_tmp):
+            if folder is not None:
+                folder.cleanup()
+        self._tmp = self._source_tmp = None
 
     def __enter__(self) -> LabkitServer:
         return self.start()

@@ -32,6 +32,10 @@ class ServerConfig:
     limits: ServerLimits = field(default_factory=ServerLimits)  # for a shared server; each one a flag
     # --workers: the room whose traces every worker shares through the database file.
     trace_room: str | None = None
+    # --connection-cache: a learner's connection cache class (labkit.server.learner_cache), loaded
+    # once at start; every WebSocket connection of a design with the connection cache asks an
+    # instance of it, behind the guard. None: labkit's own.
+    connection_cache: type | None = None
 
 
 def config_of(app: Starlette) -> ServerConfig:

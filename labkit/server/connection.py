@@ -32,7 +32,8 @@ The rules (docs/protocol.md §3):
   bound; a frame past either is refused like one past a count (``websocket_queue_full``, or
   ``response.steer.failed`` ``too_many_pending_steers``), and nothing else changes.
 - **The connection cache** (``labkit.server.connection_cache``): forks across lanes, and what
-  a failure evicts.
+  a failure evicts. With ``labkit serve --connection-cache``, a learner's class answers the same
+  three questions, behind a guard (``labkit.server.learner_cache``).
 - **Steering** (``labkit.api.steering``): a ``response.steer`` is checked, given an id and
   queued on its target, the response running on this connection that it names. The target
   stops at its next safe output boundary (``labkit.server.sampling``) and ends ``incomplete``
@@ -53,7 +54,8 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from labkit.api import inject, safejson, steering
 from labkit.api.errors import APIError, invalid_request, rate_limited
@@ -91,6 +93,9 @@ from labkit.server.held_bytes import HeldBytes
 from labkit.server.lanes import check_stream_id
 from labkit.server.turn import Conversation
 
+if TYPE_CHECKING:  # the guard is built by the I/O layer (labkit.server.websocket)
+    from labkit.server.learner_cache import GuardedCache
+
 ENDED_KEPT = 1024  # ended responses a connection remembers, to say why a steer came too late
 
 # Why a response cannot be steered, by what it runs as (``response.steer.failed``, steering_not_supported).
@@ -123,12 +128,19 @@ class Connection:
         max_echo_bytes: int = MAX_UNREAD_BYTES // ECHO_SHARE_OF_UNREAD,
         held_by_key: HeldBytes | None = None,
         inject: bool = False,
+        learner_cache: Callable[[], GuardedCache[Conversation]] | None = None,
     ) -> None:
         self.design = design
         # The upgrade named the multi-agent beta: response.inject is this connection's wire, and
         # an appended rollout waits for it (no response.done, no response.append).
         self.inject = inject
-        self.cache: ConnectionCache[Conversation] = ConnectionCache(enabled=design.connection_cache)
+        self.cache: ConnectionCache[Conversation] | GuardedCache[Conversation]
+        if learner_cache is not None and design.connection_cache:
+            # labkit serve --connection-cache: a learner's class behind its guard, made by the
+            # I/O layer (loading a learner's file and its deadlines are no business of the core's)
+            self.cache = learner_cache()
+        else:
+            self.cache = ConnectionCache(enabled=design.connection_cache)
         self.max_queued = max_queued
         self.max_lanes, self.max_in_flight = max_lanes, max_in_flight
         self.max_pending_steers, self.max_echo_bytes = max_pending_steers, max_echo_bytes

@@ -29,6 +29,7 @@ from labkit.api.errors import APIError, as_api_error, invalid_request, server_er
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER, DESIGN_QUERY
 from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA, speaks_inject
+from labkit.api.stages import Stage
 from labkit.designs import Design
 from labkit.engine.inference import Replica
 from labkit.limits import ServerLimits
@@ -48,6 +49,7 @@ from labkit.server.connection_jobs import (
     Start,
 )
 from labkit.server.held_bytes import HeldBytes
+from labkit.server.learner_cache import GuardedCache
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
@@ -70,6 +72,7 @@ class WebSocketSession:
         *,
         held_by_key: HeldBytes | None = None,
         inject: bool = False,
+        cache_class: type | None = None,
     ) -> None:
         self.ws = ws
         self.pipeline = pipeline
@@ -85,6 +88,7 @@ class WebSocketSession:
             max_echo_bytes=limits.max_echo_bytes,
             held_by_key=held_by_key,
             inject=inject,
+            learner_cache=(lambda: GuardedCache(cache_class)) if cache_class is not None else None,
         )
         self.writer = ConnectionWriter(ws, limits.max_unread_bytes, on_cut=self._cut)
         self.key_limiter = key_limiter
@@ -220,6 +224,7 @@ class WebSocketSession:
             if not job.automatic:  # a steered response's successor is the server's own: no request
                 await self.pipeline.uplink(turn.trace)
             await prepare(self.pipeline, turn, job.body)
+            self._tell_cache(turn)
             self.connection.created(job, turn.response["id"])
             if self.design.appended:
                 conversation = await respond_appended(
@@ -238,6 +243,20 @@ class WebSocketSession:
         except Exception as exc:
             self.send(as_api_error(exc).ws_event(job.stream_id))
             return Failed()
+
+    def _tell_cache(self, turn: ResponseRun) -> None:
+        """A learner's cache (``--connection-cache``): the hydration span says whose answer this
+        was, and carries the connection's fault, once, on the first response after it."""
+        cache = self.connection.cache
+        if not isinstance(cache, GuardedCache):
+            return
+        hydration = next((s for s in turn.trace.spans if s.stage == Stage.HYDRATION), None)
+        if hydration is None:
+            return
+        hydration.detail["learner_cache"] = "yours" if cache.yours else "labkit's"
+        fault = cache.take_fault()
+        if fault is not None:
+            hydration.detail["cache_fault"] = fault.sentence
 
     def _appends_of(self, job: Job) -> Any:
         """The appended rollout's way to wait for the client's next ``response.append`` or
@@ -318,6 +337,7 @@ async def websocket_endpoint(ws: WebSocket) -> None:
             trace.spans,
             held_by_key=by_key,
             inject=inject,
+            cache_class=config_of(ws.app).connection_cache,
         )
         try:
             await session.run()

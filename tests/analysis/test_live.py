@@ -3,7 +3,7 @@ in the stored widget state, every figure static, diagrams as pictures inside the
 
 A small notebook made here runs in a real kernel under nbclient (what ``jupyter nbconvert
 --execute``, papermill and ``jupyter execute`` run) and is exported with nbconvert's lab
-template, as the README's "Executed copies" does. Its live plots are shown before the kernel
+template, as docs/measuring.md's "Executed copies" does. Its live plots are shown before the kernel
 has learnt that nothing draws widgets, as a notebook's first plots are. The notebooks' own
 exports are checked, in a browser with the network refused, by ``benchmarks/executed_copies.py``.
 """

@@ -21,11 +21,15 @@ from labkit.cli.checks import (
     check_keys,
     check_models,
     check_profile,
+    design_spec,
+    port_number,
     positive_count,
     positive_number,
 )
+from labkit.designs import DESIGNS
 from labkit.limits import ServerLimits
 from labkit.paths import default_data_dir
+from labkit.profiles import DEFAULT_PROFILE
 from labkit.server.auth import keys_from_env
 
 if TYPE_CHECKING:
@@ -301,3 +305,88 @@ def watch_parent(fd: int, server: Any, gone: threading.Event) -> threading.Threa
     thread = threading.Thread(target=run, name="labkit-exit-with-parent", daemon=True)
     thread.start()
     return thread
+
+
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug", "trace"]  # uvicorn's names
+
+
+def add_serve_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    """``labkit serve``'s arguments, on the ``labkit`` command's subparsers."""
+    serve_help = "run the Responses API server (HTTP, SSE and WebSocket mode)"
+    p = sub.add_parser("serve", help=serve_help, description=serve_help, formatter_class=formatter)
+    p.add_argument("--host", default=DEFAULT_HOST, help="address to listen on")
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help="port to listen on; 0 picks a free one",
+    )
+    p.add_argument(
+        "--db", metavar="PATH", help="SQLite file for stored responses (default: $LABKIT_DB or user data dir)"
+    )
+    p.add_argument(
+        "--models", metavar="FILE", help="TOML file adding or overriding models (or $LABKIT_MODELS)"
+    )
+    p.add_argument(
+        "--api-key",
+        action="append",
+        metavar="KEY",
+        help="require this bearer key (repeatable; also $LABKIT_API_KEYS, comma-separated)",
+    )
+    p.add_argument(
+        "--instructor-key",
+        action="append",
+        metavar="KEY",
+        help="a key that may watch every key's traces at /v1/labkit/traces/stream (repeatable; "
+        "also $LABKIT_INSTRUCTOR_KEYS)",
+    )
+    p.add_argument(
+        "--allow-no-keys",
+        action="store_true",
+        help="serve on a non-loopback --host without API keys (refused otherwise)",
+    )
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        metavar="NAME",
+        help="latency profile: a name in data/profiles or a TOML file",
+    )
+    p.add_argument(
+        "--design",
+        type=design_spec,
+        metavar="SPEC",
+        help=f"default design for every request: one of {', '.join(DESIGNS)}, or one composed "
+        "of a design and +parts, e.g. naive+render_cache (default: sprint over HTTP, "
+        "websocket over WebSocket)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=LOG_LEVELS,
+        metavar="LEVEL",
+        help=f"uvicorn's log level, one of {', '.join(LOG_LEVELS)}",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_count,
+        default=1,
+        metavar="N",
+        help="server processes sharing the port, for a bigger room: stored responses and billing "
+        "are shared through --db; each worker has its own connections, engine, caches and traces",
+    )
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="shut down when standard input closes: the process that started the server has exited, "
+        "even if it was killed",
+    )
+    p.add_argument(
+        "--remove-with-parent",
+        metavar="DIR",
+        help="with --exit-with-parent: remove this folder (the parent's temporary one) once the "
+        "parent is gone and the server has stopped",
+    )
+    add_limit_flags(p)  # one per field of labkit.limits.ServerLimits
+    add_connection_cache_flag(p)
+    p.set_defaults(func=serve, command_parser=p)

@@ -53,9 +53,11 @@ The rules (docs/protocol.md §3):
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from cachetools import FIFOCache
 
 from labkit.api import inject, safejson, steering
 from labkit.api.errors import APIError, invalid_request, rate_limited
@@ -113,6 +115,20 @@ NOT_STEERABLE = {
 # ---------------------------------------------------------------- the connection
 
 
+class _Ended(FIFOCache):
+    """The ended responses a connection remembers, the oldest forgotten first; ``forget`` lets
+    go of what a forgotten one still held (no continuation can carry it any more)."""
+
+    def __init__(self, maxsize: int, forget: Callable[[EndedResponse], None]) -> None:
+        super().__init__(maxsize)
+        self._forget = forget
+
+    def popitem(self) -> tuple[str, EndedResponse]:
+        key, ended = super().popitem()
+        self._forget(ended)
+        return key, ended
+
+
 class Connection:
     """The rules of one WebSocket connection (see the module's docstring)."""
 
@@ -151,7 +167,7 @@ class Connection:
         self.running = 0
         self.waiting_for_slot: deque[Job] = deque()  # lanes' current creates, past max_in_flight
         self.active: dict[str, Job] = {}  # created and not finished, by response id
-        self.ended: OrderedDict[str, EndedResponse] = OrderedDict()
+        self.ended = _Ended(ENDED_KEPT, forget=lambda ended: self._let_go(ended.waiting))
         self._steer_numbers = itertools.count()  # steering events' own sequence
 
     # ------------------------------------------------------------ what the client sends
@@ -446,10 +462,7 @@ class Connection:
         return [self._returned(code, message, target, held.items, job.lane) for held in left]
 
     def _remember(self, response_id: str, ended: EndedResponse) -> None:
-        self.ended[response_id] = ended
-        while len(self.ended) > ENDED_KEPT:
-            _, forgotten = self.ended.popitem(last=False)
-            self._let_go(forgotten.waiting)  # no continuation can carry it any more
+        self.ended[response_id] = ended  # the oldest past ENDED_KEPT is forgotten (_Ended)
 
     # ------------------------------------------------------------ starting creates
 

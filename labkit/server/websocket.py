@@ -152,7 +152,8 @@ class WebSocketSession:
         self.writer.put(event, stream_id)
 
     async def emit(self, event: Event, stream_id: str | None = None) -> None:
-        self.writer.put(event, stream_id)
+        """``send``, as the pipeline's ``Emit`` (awaited, as HTTP's waits for its socket)."""
+        self.send(event, stream_id)
 
     def act(self, actions: list[Action]) -> None:
         """Carry out what the connection answered, in its order."""

@@ -534,3 +534,13 @@ def test_every_stage_reads_the_caches_one_answer_and_none_asks_again() -> None:
             await prepare(pipeline, unanswered, {**body, "previous_response_id": cached.response["id"]})
 
     asyncio.run(scenario())
+
+
+def test_the_oldest_ended_response_is_forgotten_and_lets_go_of_what_it_held() -> None:
+    from labkit.server.connection import _Ended
+
+    forgotten: list[str] = []
+    ended = _Ended(2, forget=forgotten.append)
+    for name in ("first", "second", "third"):
+        ended[name] = name
+    assert list(ended) == ["second", "third"] and forgotten == ["first"]

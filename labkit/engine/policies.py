@@ -40,7 +40,7 @@ class Call:
     arguments: str
 
 
-Action = Say | Call
+ModelAction = Say | Call  # what the scripted model does next (the connection core has its own Action)
 
 
 @dataclass
@@ -91,7 +91,7 @@ class TurnContext:
 
 
 class Policy(Protocol):
-    def act(self, ctx: TurnContext) -> list[Action]: ...
+    def act(self, ctx: TurnContext) -> list[ModelAction]: ...
 
 
 # ---------------------------------------------------------------- the generic policy
@@ -140,7 +140,7 @@ class GenericPolicy:
     # --max-output-tokens``): the work before the first token stays bounded.
     max_output_tokens: int = limits.MAX_OUTPUT_TOKENS
 
-    def act(self, ctx: TurnContext) -> list[Action]:
+    def act(self, ctx: TurnContext) -> list[ModelAction]:
         call = self._choose_call(ctx)
         if call is not None:
             return [call]
@@ -198,13 +198,13 @@ class ScriptedPolicy:
     makes several calls in one turn (a replayed session's parallel calls).
     """
 
-    steps: list[list[Action]]
+    steps: list[list[ModelAction]]
 
     @classmethod
     def from_steps(cls, raw: list[dict[str, Any]]) -> ScriptedPolicy:
         steps = []
         for step in raw:
-            actions: list[Action] = []
+            actions: list[ModelAction] = []
             if "say" in step:
                 actions.append(Say(str(step["say"])))
             calls = [step["call"]] if "call" in step else list(step.get("calls", []))
@@ -220,6 +220,6 @@ class ScriptedPolicy:
             raise ValueError("a scenario needs at least one step")
         return cls(steps)
 
-    def act(self, ctx: TurnContext) -> list[Action]:
+    def act(self, ctx: TurnContext) -> list[ModelAction]:
         done = sum(1 for i in ctx.since_last_user() if i.get("type") == "function_call_output")
         return list(self.steps[min(done, len(self.steps) - 1)])

@@ -23,7 +23,7 @@ from labkit.server.network import drop_if_stuck, transport_of
 from labkit.server.outbox import Outbox, SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
-from labkit.server.responder import CLIENT_TOO_SLOW, ResponseFailed, cut, failed_event, prepare, respond
+from labkit.server.responder import CLIENT_TOO_SLOW, StreamFailed, cut, failed_event, prepare, respond
 from labkit.server.traces import Trace
 from labkit.server.turn import ResponseRun
 
@@ -156,7 +156,7 @@ async def create_response(request: Request) -> Response:
         await unless_gone(request, respond(pipeline, turn, emit=_discard))
     except ClientGone:  # nobody reads the answer: the response was cancelled, its slot freed
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    except ResponseFailed as failed:  # the response's own error is the answer
+    except StreamFailed as failed:  # the response's own error is the answer
         raise failed.error from None
     except Exception as exc:  # a failure inside the response: a 500 in the API's shape, as over SSE
         raise as_api_error(exc) from None
@@ -204,7 +204,7 @@ async def sse_stream(
             await respond(pipeline, turn, emit)
         except SlowReader as slow:
             cut(pipeline, turn, slow.reason)
-        except ResponseFailed:
+        except StreamFailed:
             pass  # its response.failed is the last frame
         except Exception as exc:
             with contextlib.suppress(SlowReader):

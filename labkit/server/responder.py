@@ -11,7 +11,7 @@ The downlink is paid here, where a segment's first event leaves: before ``respon
 (``run_events``), and before a resumed segment's first delta (``infer``).
 
 A failure after ``response.created`` ends the response with ``response.failed`` (the Response,
-``status: failed`` and its ``error``) and raises ``ResponseFailed``: the events are over, and
+``status: failed`` and its ``error``) and raises ``StreamFailed``: the events are over, and
 nothing more is sent for it. A failure before that raises as it is, for the transport to
 answer with an error.
 """
@@ -39,7 +39,7 @@ from labkit.server.turn import Conversation, ResponseRun
 CLIENT_TOO_SLOW = "client_too_slow"  # the error code of a response cut for its slow reader
 
 
-class ResponseFailed(Exception):
+class StreamFailed(Exception):
     """A response failed after ``response.created``; its ``response.failed`` has been sent."""
 
     def __init__(self, error: APIError) -> None:
@@ -81,7 +81,7 @@ async def run_events(
     run: Callable[[ResponseEvents, Emit], Awaitable[Conversation]],
 ) -> Conversation:
     """A response's events: ``response.created`` and ``response.in_progress``, then ``run``'s, and
-    ``response.failed`` if it fails after them (``ResponseFailed``); a response that ended early
+    ``response.failed`` if it fails after them (``StreamFailed``); a response that ended early
     still pays for its prompt."""
     events = ResponseEvents(turn.response)
     created = False
@@ -91,14 +91,14 @@ async def run_events(
             await emit(event)
             created = True
         return await run(events, emit)
-    except (asyncio.CancelledError, SlowReader, ResponseFailed):
+    except (asyncio.CancelledError, SlowReader, StreamFailed):
         raise
     except Exception as exc:
         if not created or events.ended:
             raise  # before response.created, or after its terminal event: not a response's end
         error = as_api_error(exc)
         await emit(fail(turn, events, error))
-        raise ResponseFailed(error) from exc
+        raise StreamFailed(error) from exc
     finally:
         bill_if_abandoned(turn, pipeline.billing)
 

@@ -20,7 +20,7 @@ from functools import lru_cache
 from labkit.api.events import Event, ResponseEvents
 from labkit.api.ids import new_id, new_item_id
 from labkit.api.stages import Stage
-from labkit.engine.policies import Action, Call, Say
+from labkit.engine.policies import Call, ModelAction, Say
 from labkit.engine.render import GENERATION_PROMPT
 from labkit.server.slots import EngineSlots
 from labkit.server.turn import ResponseRun
@@ -65,7 +65,7 @@ async def prefill(turn: ResponseRun) -> None:
 
 
 async def decode(
-    turn: ResponseRun, events: ResponseEvents, actions: Sequence[Action], emit: Emit
+    turn: ResponseRun, events: ResponseEvents, actions: Sequence[ModelAction], emit: Emit
 ) -> str | None:
     """Sample the actions' tokens, each chunk an event through ``emit``; returns why sampling
     stopped early: ``max_output_tokens``, ``steered`` (``SAFE_BOUNDARIES``), or None."""
@@ -98,7 +98,7 @@ arguments are never cut: the call completes (and the client's tool result is the
 
 
 async def _sample(
-    turn: ResponseRun, events: ResponseEvents, actions: Sequence[Action], emit: Emit
+    turn: ResponseRun, events: ResponseEvents, actions: Sequence[ModelAction], emit: Emit
 ) -> str | None:
     """Every action's tokens on one decode clock; why it stopped early, if it did."""
     assert turn.req is not None and turn.replica is not None and turn.model is not None

@@ -10,7 +10,7 @@ from labkit.api.stages import Source
 from labkit.designs import Design, Plan
 from labkit.engine.catalogue import ModelSpec
 from labkit.engine.inference import Replica
-from labkit.engine.policies import Action, Policy, TurnContext
+from labkit.engine.policies import ModelAction, Policy, TurnContext
 from labkit.engine.render import PrefixHasher, TokenBuffer
 from labkit.server.traces import Trace
 
@@ -107,7 +107,7 @@ class ResponseRun:
     def conversation(self) -> list[dict[str, Any]]:
         return self.items + self.unsettled()[0]
 
-    def next_actions(self) -> list[Action]:
+    def next_actions(self) -> list[ModelAction]:
         """What the policy has the model do next, given the conversation so far."""
         assert self.req is not None and self.policy is not None
         context = TurnContext(

@@ -53,7 +53,7 @@ from labkit.server.learner_cache import GuardedCache
 from labkit.server.outbox import SlowReader
 from labkit.server.pipeline import Pipeline
 from labkit.server.requested_design import requested_design
-from labkit.server.responder import ResponseFailed, cut, prepare, respond
+from labkit.server.responder import StreamFailed, cut, prepare, respond
 from labkit.server.traces import Span, Trace
 from labkit.server.turn import ResponseRun
 from labkit.server.ws_writer import ConnectionWriter, close
@@ -239,7 +239,7 @@ class WebSocketSession:
             if self.slow is not None:
                 cut(self.pipeline, turn, self.slow.reason)
             raise
-        except ResponseFailed:
+        except StreamFailed:
             return Failed()  # its response.failed was the last event
         except Exception as exc:
             self.send(as_api_error(exc).ws_event(job.stream_id))

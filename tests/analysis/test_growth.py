@@ -92,4 +92,6 @@ def test_several_rollouts_are_fitted_as_one_line_through_all_their_turns(server:
     ]
     expected = Growth.fit([h for h, _ in points], [ms for _, ms in points])
     assert both == expected and both != one
-    assert both.history == pytest.approx(one.history, rel=0.01)  # about the same histories, twice
+    # About the same histories, twice: the ids drawn at random (session, calls) tokenize to a few
+    # more or fewer tokens from one rollout to the next (13 of 1,164 once).
+    assert both.history == pytest.approx(one.history, rel=0.05)

@@ -87,7 +87,7 @@ _MISSING = object()
 def _functions(cls: type) -> list[types.FunctionType]:
     found = []
     for value in vars(cls).values():
-        fn = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
+        fn = value.__func__ if isinstance(value, classmethod | staticmethod) else value
         fn = fn.fget if isinstance(fn, property) else fn
         if isinstance(fn, types.FunctionType):
             found.append(fn)
@@ -126,7 +126,7 @@ def _definition(name: str, value: Any) -> str | None:
 def _is_literal(value: Any) -> bool:
     if isinstance(value, LITERALS):
         return True
-    if isinstance(value, (tuple, list, frozenset, set)):
+    if isinstance(value, tuple | list | frozenset | set):
         return all(_is_literal(v) for v in value)
     if isinstance(value, dict):
         return all(_is_literal(k) and _is_literal(v) for k, v in value.items())

@@ -52,7 +52,8 @@ def verdict_of(loop: Any, server: LabkitServer, task: Scenario, labkits: exercis
 
 def notebook_solution() -> Any:
     cells = nbformat.read(NOTEBOOK, as_version=4).cells
-    (code,) = [m.group(1) for c in cells if c.cell_type == "markdown" for m in SOLUTION.finditer(c.source)]
+    solutions = [m.group(1) for c in cells if c.cell_type == "markdown" for m in SOLUTION.finditer(c.source)]
+    (code,) = solutions
     namespace: dict[str, Any] = {}
     exec(code, namespace)
     return namespace["agent_loop"]

@@ -10,8 +10,8 @@ shape, and nothing else on the socket changes.
 
 A real ``labkit serve`` on loopback and raw WebSocket frames on the multi-agent beta's wire
 (injects held by rollouts that are still decoding, so none is taken). The memory bound is
-checked against a generous threshold, as ``test_outbox.py`` checks its own. When each kind of
-frame stops being held is checked on the I/O-free ``Connection``.
+checked on a second flood, against a generous threshold, as ``test_outbox.py`` checks its
+own. When each kind of frame stops being held is checked on the I/O-free ``Connection``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ BETA = {BETA_HEADER: MULTI_AGENT_BETA, DESIGN_HEADER: "appended"}
 LANES, INJECTS = 16, 16  # a connection's responses in flight, and injects each may be handed
 INJECT_CHARS = 1_900_000  # an inject's text: under the 2 MiB frame limit
 LONG = "Write 30000 tokens."  # a rollout that decodes for minutes at labkit-classic's pace
-RSS_GROWTH_LIMIT_KB = 160 * 1024  # the connection's bound is 16 MiB; the old server grew by ~500 MB
+RSS_GROWTH_LIMIT_KB = 64 * 1024  # a flood sends ~490 MB; the old server held it all, this one none
 KEY_BOUND = 3 * 1024 * 1024  # --max-held-bytes-per-key for the key's own test
 RECV_TIMEOUT_S = 20.0
 RELEASED_WITHIN_S = 5.0  # a closed connection's bytes are the key's again within this, at most
@@ -84,22 +84,31 @@ def answer_to_marker(ws: ClientConnection) -> list[dict[str, Any]]:
             refusals.append(event)
 
 
+def flood(ws: ClientConnection, ids: list[str]) -> list[dict[str, Any]]:
+    """Hand every rollout ``INJECTS`` injects of ``INJECT_CHARS``; the refusals, once all were handled."""
+    for response_id in ids:
+        frame = inject(response_id, INJECT_CHARS)
+        for _ in range(INJECTS):
+            ws.send(frame)
+    return answer_to_marker(ws)  # the connection is still open: it answers
+
+
 def test_one_connections_injects_are_held_within_its_bound() -> None:
     with LabkitServer(args=["--profile", "local"]) as server, ws_connect(server, **BETA) as ws:
         ids = rollouts(ws, LANES)
         pid = server.processes()[0]
+        refusals = flood(ws, ids)
+        # The allocator keeps some of what it freed (how much varies with the machine's load);
+        # a second flood reuses it, and grows the server only by what it holds anew.
         before = rss_kb(pid)
-        for response_id in ids:
-            frame = inject(response_id, INJECT_CHARS)
-            for _ in range(INJECTS):
-                ws.send(frame)
-        refusals = answer_to_marker(ws)  # the connection is still open: it answers
+        refused_again = flood(ws, ids)
         grown = rss_kb(pid) - before
     held = LANES * INJECTS - len(refusals)
     assert held * INJECT_CHARS <= 16 * 1024 * 1024, held  # the old server: all 256 held
     assert {(e["status"], e["error"]["code"]) for e in refusals} == {(429, "websocket_queue_full")}
     assert "this connection" in refusals[0]["error"]["message"]
-    assert grown < RSS_GROWTH_LIMIT_KB, f"the server grew by {grown // 1024} MiB"
+    assert len(refused_again) == LANES * INJECTS  # the bound is full: nothing more is held
+    assert grown < RSS_GROWTH_LIMIT_KB, f"a second flood grew the server by {grown // 1024} MiB"
 
 
 @pytest.fixture(scope="module")

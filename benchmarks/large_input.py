@@ -10,7 +10,7 @@ median one (a quiet server answers in about a millisecond).
 
 Before the fix ``render`` tokenized and ``input_safety`` scanned such an input on the event loop,
 so every ``/healthz`` waited behind it; now their CPU work runs in a worker thread when the input
-is large (``labkit.server.offload.OFF_LOOP_CHARS``), and tiktoken releases the GIL while it
+is large (``labkit.server.stages.offload.OFF_LOOP_CHARS``), and tiktoken releases the GIL while it
 encodes, so the loop keeps answering.
 
     python benchmarks/large_input.py

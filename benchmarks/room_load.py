@@ -68,7 +68,7 @@ from labkit.client.launcher import LabkitServer
 from labkit.client.records import TurnRecord
 from labkit.paths import default_data_dir
 from labkit.scenarios import DEFAULT_SCENARIO, Scenario, load_scenario
-from labkit.server.auth import Keys
+from labkit.server.edge.auth import Keys
 
 DESIGN = "websocket"
 MAX_ERRORS_SHOWN = 5

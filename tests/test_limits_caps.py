@@ -27,9 +27,9 @@ from labkit.engine.prefix_cache import PrefixCache
 from labkit.engine.render import TokenBuffer, prefix_digests
 from labkit.paths import default_data_dir
 from labkit.scenarios import SYNTHETIC_MAX, ScenarioNotFound, load_scenario
-from labkit.server.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes
-from labkit.server.scripts import ScriptLibrary
-from labkit.server.traces import Trace, TraceStore
+from labkit.server.stages.render_cache import BYTES_PER_ID, ENTRY_BYTES, RenderCache, buffer_bytes
+from labkit.server.stages.scripts import ScriptLibrary
+from labkit.server.stores.traces import Trace, TraceStore
 from labkit.text.tokenizer import encode_text
 
 pytestmark = pytest.mark.slow  # hardening

@@ -85,7 +85,8 @@ class CreateBody(BaseModel):
     service_tier: ServiceTier | None = None
     metadata: dict[str, str] | None = None
     parallel_tool_calls: bool | None = True
-    # Past the model's window: "auto" drops the oldest items, else a 400 (labkit.server.context_window).
+    # Past the model's window: "auto" drops the oldest items, else a 400
+    # (labkit.server.stages.context_window).
     truncation: Literal["auto", "disabled"] | None = None
     include: list[str] | None = None
     reasoning: dict[str, Any] | None = None

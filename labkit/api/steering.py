@@ -7,7 +7,7 @@ A client on a WebSocket connection may send, while a response runs::
 Only those three fields; ``input`` is a string or a non-empty list of ``user`` messages, each
 with only ``type`` (``message``, optional), ``role`` and ``content`` (a string or a list of
 ``input_text``, ``input_image`` and ``input_file`` parts). ``parse_steer`` checks it; the
-connection decides what becomes of it (``labkit.server.connection``). The answers:
+connection decides what becomes of it (``labkit.server.wscore.connection``). The answers:
 
 - ``response.steer.accepted``: validated and queued, with the id it was given;
 - ``response.steer.pending``: the target stopped for client-owned tool output, so the input

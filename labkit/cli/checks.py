@@ -171,8 +171,8 @@ def check_db(db: str) -> None:
         raise CommandError(
             f"{where} cannot be created: '{blocker}' is a file, not a folder; pass another path"
         )
-    from labkit.server.database import LOCKED  # the server's own modules: only now, when serving
-    from labkit.server.workers import prepare_database
+    from labkit.server.edge.workers import prepare_database
+    from labkit.server.stores.database import LOCKED  # the server's own modules: only now, when serving
 
     try:
         prepare_database(db)

@@ -200,7 +200,7 @@ def timer_step() -> tuple[float, bool]:
     """The event loop's timer step in seconds, in a fresh loop, with the server's timer request
     held (Windows' 1 ms ticks; nothing elsewhere); and whether the OS granted that request."""
     from labkit.engine import timing
-    from labkit.server.timer import fine_system_timer
+    from labkit.server.edge.timer import fine_system_timer
 
     with fine_system_timer() as granted:
         return asyncio.run(timing.calibrate()), granted

@@ -30,7 +30,7 @@ from labkit.designs import DESIGNS
 from labkit.limits import ServerLimits
 from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE
-from labkit.server.auth import keys_from_env
+from labkit.server.edge.auth import keys_from_env
 
 if TYPE_CHECKING:
     from labkit.server.config import ServerConfig
@@ -49,7 +49,7 @@ SHUTDOWN_BOUND_S = 8.0
 
 def bind(host: str, port: int) -> socket.socket:
     """A TCP socket bound to host:port; a failure is one line saying what to change."""
-    from labkit.server.wire_limits import ListeningSocket  # accepts once a retry when out of descriptors
+    from labkit.server.edge.wire_limits import ListeningSocket  # accepts once a retry when out of descriptors
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
@@ -85,12 +85,13 @@ def _bind_problem(e: OSError, host: str, port: int) -> str:
 
 def add_connection_cache_flag(parser: argparse.ArgumentParser) -> None:
     """``--connection-cache FILE.py:ClassName``: a learner's connection cache, in place of labkit's
-    (``labkit.server.learner_cache``; a server of the learner's own, on this machine only)."""
+    (``labkit.server.ws.learner_cache``; a server of the learner's own, on this machine only)."""
     parser.add_argument(
         "--connection-cache",
         metavar="FILE.py:CLASS",
         help="every WebSocket connection's cache is an instance of this class (serve, keep, failed, "
-        "as labkit.server.connection_cache's), each call guarded: a learner's exercise; loopback --host only",
+        "as labkit.server.wscore.connection_cache's), each call guarded: a learner's exercise; "
+        "loopback --host only",
     )
 
 
@@ -100,7 +101,7 @@ def load_connection_cache(spec: str | None, host: str) -> type | None:
     if spec is None:
         return None
     from labkit.cli.checks import _is_loopback
-    from labkit.server.learner_cache import LearnerCacheError, load_class
+    from labkit.server.ws.learner_cache import LearnerCacheError, load_class
 
     if not _is_loopback(host):
         raise CommandError(
@@ -156,7 +157,7 @@ def limits_of(args: argparse.Namespace, limits: type[ServerLimits] = ServerLimit
 def server_config(args: argparse.Namespace) -> ServerConfig:
     """The server's configuration from ``labkit serve``'s arguments and the environment."""
     from labkit.server.config import ServerConfig
-    from labkit.server.trace_stream import instructor_keys_from_env
+    from labkit.server.stores.trace_stream import instructor_keys_from_env
 
     config = ServerConfig(
         api_keys=(args.api_key or []) + keys_from_env(),
@@ -181,10 +182,10 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from labkit.server.app import create_app
-    from labkit.server.descriptors import raise_open_files_limit
-    from labkit.server.network import MAX_HEADER_BYTES, TrackedHTTP
-    from labkit.server.shutdown import Server
-    from labkit.server.ws_protocol import BoundedWebSocket
+    from labkit.server.edge.descriptors import raise_open_files_limit
+    from labkit.server.edge.network import MAX_HEADER_BYTES, TrackedHTTP
+    from labkit.server.edge.shutdown import Server
+    from labkit.server.ws.ws_protocol import BoundedWebSocket
 
     config = server_config(args)
     check_db(config.db)
@@ -231,7 +232,7 @@ def serve(args: argparse.Namespace) -> None:
     parent_gone = threading.Event()
     try:
         if args.workers > 1:
-            from labkit.server.workers import WorkersError, serve_workers
+            from labkit.server.edge.workers import WorkersError, serve_workers
 
             ready_line = READY_LINE.format(host=args.host, port=port)
             lifeline = 0 if args.exit_with_parent else None  # standard input's descriptor

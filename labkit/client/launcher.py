@@ -53,7 +53,7 @@ class LabkitServer:
 
     ``connection_cache=MyCache`` runs ``labkit serve --connection-cache`` with that class (a
     learner's, from a notebook cell: ``labkit.client.learner_source`` writes it as a module).
-    ``workers=N`` runs ``labkit serve --workers N`` (see ``labkit.server.workers``);
+    ``workers=N`` runs ``labkit serve --workers N`` (see ``labkit.server.edge.workers``);
     ``processes()`` lists the server's process ids, workers included. With
     ``exit_with_parent`` (the default) the server stops by itself once this process
     has exited, even if it was killed, and removes the temporary database folder.

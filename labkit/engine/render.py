@@ -111,7 +111,7 @@ class PrefixHasher:
 
     def __init__(self, system_digest: str, owner: str | None = None) -> None:
         self._running = hashlib.sha256(system_digest.encode())
-        if owner is not None:  # owners never share a digest (labkit.server.render_cache)
+        if owner is not None:  # owners never share a digest (labkit.server.stages.render_cache)
             self._running.update(b"\x02" + owner.encode())
         self.count = 0  # items hashed so far
         self.last: str | None = None  # the digest after the last item

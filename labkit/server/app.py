@@ -19,18 +19,18 @@ from labkit.engine.policies import GenericPolicy
 from labkit.engine.timing import calibrate
 from labkit.profiles import load_profile
 from labkit.server import http
-from labkit.server.auth import KeyLimiter, Keys, RequestsPerKey
-from labkit.server.billing import LEDGER_BUSY_TIMEOUT_S, Ledger
 from labkit.server.config import ServerConfig
-from labkit.server.database import Database
-from labkit.server.pipeline import Pipeline
-from labkit.server.shared_traces import SHARED_TRACES_BUSY_TIMEOUT_S, SharedFeed, SharedTraces
-from labkit.server.shutdown import ShutdownNotice
-from labkit.server.store import ResponseStore
-from labkit.server.timer import raise_resolution, restore_resolution
-from labkit.server.trace_stream import stream_traces
-from labkit.server.traces import TraceStore
-from labkit.server.websocket import websocket_endpoint
+from labkit.server.edge.auth import KeyLimiter, Keys, RequestsPerKey
+from labkit.server.edge.shutdown import ShutdownNotice
+from labkit.server.edge.timer import raise_resolution, restore_resolution
+from labkit.server.stages.pipeline import Pipeline
+from labkit.server.stores.billing import LEDGER_BUSY_TIMEOUT_S, Ledger
+from labkit.server.stores.database import Database
+from labkit.server.stores.shared_traces import SHARED_TRACES_BUSY_TIMEOUT_S, SharedFeed, SharedTraces
+from labkit.server.stores.store import ResponseStore
+from labkit.server.stores.trace_stream import stream_traces
+from labkit.server.stores.traces import TraceStore
+from labkit.server.ws.websocket import websocket_endpoint
 from labkit.text.tokenizer import encoding
 
 ROUTES = [
@@ -124,5 +124,5 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
     app.state.config = config  # read through labkit.server.config.config_of
     limits = config.limits
     app.state.key_limiter = KeyLimiter(limits.max_connections_per_key, limits.max_requests_per_key)
-    app.state.shutdown = ShutdownNotice()  # given by labkit.server.shutdown.Server as it begins to stop
+    app.state.shutdown = ShutdownNotice()  # given by labkit.server.edge.shutdown.Server as it begins to stop
     return app

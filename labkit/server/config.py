@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from labkit.limits import ServerLimits
 from labkit.paths import default_data_dir
 from labkit.profiles import DEFAULT_PROFILE
-from labkit.server.datadir import DB_ENV, default_db
+from labkit.server.stores.datadir import DB_ENV, default_db
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -32,7 +32,7 @@ class ServerConfig:
     limits: ServerLimits = field(default_factory=ServerLimits)  # for a shared server; each one a flag
     # --workers: the room whose traces every worker shares through the database file.
     trace_room: str | None = None
-    # --connection-cache: a learner's connection cache class (labkit.server.learner_cache), loaded
+    # --connection-cache: a learner's connection cache class (labkit.server.ws.learner_cache), loaded
     # once at start; every WebSocket connection of a design with the connection cache asks an
     # instance of it, behind the guard. None: labkit's own.
     connection_cache: type | None = None

@@ -17,15 +17,15 @@ from labkit.api.errors import as_api_error, invalid_request, response_not_found,
 from labkit.api.events import Event
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.sse import frame
-from labkit.server.compaction_pass import compact
 from labkit.server.config import config_of
-from labkit.server.network import drop_if_stuck, transport_of
-from labkit.server.outbox import Outbox, SlowReader
-from labkit.server.pipeline import Pipeline
+from labkit.server.edge.network import drop_if_stuck, transport_of
+from labkit.server.edge.outbox import Outbox, SlowReader
 from labkit.server.requested_design import requested_design
-from labkit.server.responder import CLIENT_TOO_SLOW, StreamFailed, cut, failed_event, prepare, respond
-from labkit.server.traces import Trace
-from labkit.server.turn import ResponseRun
+from labkit.server.stages.compaction_pass import compact
+from labkit.server.stages.pipeline import Pipeline
+from labkit.server.stages.responder import CLIENT_TOO_SLOW, StreamFailed, cut, failed_event, prepare, respond
+from labkit.server.stages.turn import ResponseRun
+from labkit.server.stores.traces import Trace
 
 
 def pipeline_of(request: Request) -> Pipeline:
@@ -54,7 +54,7 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
     (its engine slot and its key's caps freed) and ``ClientGone`` raised.
 
     Call it once the body has been read: from then on, the only message a request receives is
-    its ``http.disconnect`` (``labkit.server.network`` turns a client that shut its side and
+    its ``http.disconnect`` (``labkit.server.edge.network`` turns a client that shut its side and
     vanished into one too). A streamed answer needs no such watch: Starlette's
     ``StreamingResponse`` cancels its body on the disconnect itself.
 
@@ -85,7 +85,7 @@ async def read_body(request: Request) -> bytes:
 
     A declared ``content-length`` over the limit is refused before reading; a chunked body
     is read only as far as the limit, so an oversized one never sits in memory (and in at most
-    ``limits.MAX_BODY_CHUNKS`` chunks: ``labkit.server.wire_limits``). A client that leaves
+    ``limits.MAX_BODY_CHUNKS`` chunks: ``labkit.server.edge.wire_limits``). A client that leaves
     mid-body is one line in the log.
     """
     limit = config_of(request.app).limits.max_body_bytes

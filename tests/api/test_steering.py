@@ -30,7 +30,7 @@ from labkit.client.launcher import LabkitServer
 from labkit.client.steering import STRATEGIES, correction_latency, summary
 from labkit.limits import MAX_PENDING_STEERS
 from labkit.server.app import ServerConfig, create_app
-from labkit.server.connection_cache import ConnectionCache
+from labkit.server.wscore.connection_cache import ConnectionCache
 from tests.helpers import API_KEY, READ_FILE_TOOL, auth_headers, served_in_thread, server_spans
 
 pytestmark = pytest.mark.slow  # servers of its own

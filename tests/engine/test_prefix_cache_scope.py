@@ -20,7 +20,7 @@ from labkit.api.extensions import DESIGN_HEADER
 from labkit.client.launcher import LabkitServer
 from labkit.engine.prefix_cache import PrefixCache, scope_seed
 from labkit.engine.render import prefix_digests
-from labkit.server.render_cache import RenderCache
+from labkit.server.stages.render_cache import RenderCache
 from tests.helpers import by_stage, server_spans
 
 MODEL = "labkit-spark"

@@ -15,7 +15,7 @@ import pytest
 
 from labkit.engine import timing
 from labkit.engine.clock import DecodeClock, Pacing
-from labkit.server.billing import Billing, Charge
+from labkit.server.stores.billing import Billing, Charge
 
 pytestmark = pytest.mark.slow  # timing precision on a coarse timer
 

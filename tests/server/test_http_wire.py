@@ -1,6 +1,6 @@
 """What a client does on the wire, below HTTP's requests: half-sent heads, ambiguous framing, a
 half-close, a disappearance mid-body, a body in a flood of tiny chunks, a room that runs the
-server out of file descriptors (``labkit.server.wire_limits``, ``TrackedHTTP``).
+server out of file descriptors (``labkit.server.edge.wire_limits``, ``TrackedHTTP``).
 
 A real ``labkit serve`` on loopback and raw sockets, so every byte is the test's. What is
 asserted is what comes back (status, error code, the close) and what the server logs; where a

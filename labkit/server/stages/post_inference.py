@@ -1,0 +1,144 @@
+"""The stages after inference: what the API service does with the output the model sampled.
+
+    output_safety the classifier over the new output
+    retain        the conversation's KV and rendering kept for the next turn
+    storage       the response and its items into SQLite (store=true)
+    billing       one ledger row, blocking or overlapped with the next request
+
+Each is an object built with the profile entry and the resources it uses, then called with the
+turn; ``labkit.server.stages.pipeline.Pipeline`` builds them. ``charge`` is the turn's ledger row, for
+the billing stage, for a compaction pass, and for a response that ended early
+(``bill_if_abandoned``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from labkit import profiles
+from labkit.api.stages import Stage
+from labkit.engine import timing
+from labkit.engine.prefix_cache import CacheWork
+from labkit.engine.render import content_text
+from labkit.engine.safety import scan
+from labkit.server.stages.offload import off_loop_if_large
+from labkit.server.stages.render_cache import Renderings
+from labkit.server.stages.sampling import settle
+from labkit.server.stages.turn import ResponseRun
+from labkit.server.stores.billing import Billing, Charge
+from labkit.server.stores.store import ResponseStore
+
+
+def output_text(item: dict[str, Any]) -> str:
+    """What the output classifier reads of an output item: a message's text, a call's arguments;
+    nothing of a compaction item (a summary of the window the input classifier already read)."""
+    if item["type"] == "message":
+        return content_text(item.get("content"))
+    return str(item.get("arguments", ""))
+
+
+class OutputSafety:
+    """Scan the output's text; its tokens are the ones the model sampled (not tokenized again)."""
+
+    def __init__(self, safety: profiles.Safety) -> None:
+        self.safety = safety
+
+    async def __call__(self, turn: ResponseRun, items: Sequence[dict[str, Any]]) -> None:
+        with turn.trace.stage(Stage.OUTPUT_SAFETY) as span:
+            texts = [output_text(i) for i in items]
+            sampled = sum(map(len, turn.output_ids))
+            result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts, tokens=sampled)
+            span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
+            await timing.sleep(self.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+
+
+class Retain:
+    """Settle the outputs and keep the whole conversation's KV (and rendering) for next time.
+
+    Proportional to what this turn added: the prefix cache hashes the blocks after the
+    buffer's known block hashes, and the render cache (``Renderings.keep``) keeps a view of the
+    buffer (no copy), its running hash reading only the items it has not read yet.
+    """
+
+    def __init__(self, renderings: Renderings) -> None:
+        self.renderings = renderings
+
+    def __call__(self, turn: ResponseRun) -> None:
+        buffer = turn.buffer
+        assert buffer is not None and turn.replica is not None
+        with turn.trace.stage(Stage.RETAIN) as span:
+            copied = buffer.copied
+            span.tokens = settle(turn)
+            work = CacheWork()
+            buffer.add_block_hashes(turn.replica.retain(buffer.ids, buffer.block_hashes, work))
+            hashed = self.renderings.keep(turn)
+            span.detail.update(
+                hashed_blocks=work.hashed_blocks,
+                touched_blocks=work.touched_blocks,
+                copied_ids=buffer.copied - copied,
+                hashed_items=hashed,
+            )
+
+
+class Storage:
+    """The response and its items into the store, where the request asked for it (``store``)."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+
+    async def __call__(self, turn: ResponseRun) -> None:
+        req = turn.req
+        assert req is not None
+        if not req.store:
+            return
+        with turn.trace.stage(Stage.STORAGE) as span:
+            output = turn.response["output"]
+            # An appended rollout's tool results are inputs too (stored after the first input).
+            inputs = turn.new_items + [i for i in turn.appended if i not in output]
+            parent = req.previous_response_id
+            if turn.compacted is not None:
+                # Compacted (context_management): the chain starts again from the compacted window.
+                inputs, parent = turn.compacted + [i for i in turn.appended if i not in output], None
+            elif parent and turn.from_connection_cache and not await self.store.has(turn.owner, parent):
+                # The history came from an unstored response: store it whole, so it is not lost.
+                inputs, parent = turn.history + inputs, None
+            await self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
+            span.items = len(inputs) + len(output)
+
+
+def charge(turn: ResponseRun, status: str) -> Charge:
+    """The turn's ledger row (marking it billed): its prompt, cached and sampled tokens."""
+    turn.billed = True
+    return Charge(
+        turn.response["id"],
+        turn.owner,
+        turn.response["model"],
+        turn.prompt_tokens,
+        turn.cached_tokens,
+        turn.produced,
+        status,
+    )
+
+
+class Bill:
+    """The billing stage: blocking billing waits for the service; overlapped billing only queues
+    the charge (the design's plan says which)."""
+
+    def __init__(self, billing: Billing) -> None:
+        self.billing = billing
+
+    async def __call__(self, turn: ResponseRun, status: str) -> None:
+        overlapped = turn.plan[Stage.BILLING].overlapped
+        with turn.trace.stage(Stage.BILLING, overlapped=overlapped):
+            row = charge(turn, status)
+            if overlapped:
+                self.billing.charge_later(row)
+            else:
+                await self.billing.charge(row)
+
+
+def bill_if_abandoned(turn: ResponseRun, billing: Billing) -> None:
+    """A response that ended early (an error, a disconnect) still pays for its prompt."""
+    if not turn.billed and turn.prompt_tokens:
+        billing.charge_later(charge(turn, "cancelled"))

@@ -1,0 +1,222 @@
+"""The stages before inference: what the API service does with a request before the model sees it.
+
+    validation    what the client sent, checked whole: a create's body (or a compaction's,
+                  or the items an appended rollout was sent)
+    hydration     the conversation so far: from the connection cache or the SQLite store
+    input_safety  the classifier over the input it has not seen before
+    render        chat template + tokenization, skipped for what a cache already holds
+    routing       model configuration and the choice of a replica; then the prompt must fit the
+                  model's context window (``labkit.server.stages.context_window``)
+    intermediary  the hop through an intermediary service, where the design keeps it
+
+Any of them may refuse the request with an ``APIError``, before any event is sent. A stage
+that needs nothing but the turn is a function (``validate``); the others are objects built with
+the profile entry and the resources they use, then called with the turn.
+``labkit.server.stages.pipeline.Pipeline`` builds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from labkit import profiles
+from labkit.api.compaction import without_replaced
+from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
+from labkit.api.ids import new_id, new_item_id
+from labkit.api.items import Item
+from labkit.api.requests import check_new_items, parse_create, stored_form
+from labkit.api.responses import new_response
+from labkit.api.stages import Source, Stage
+from labkit.designs import Over, Runs
+from labkit.engine import timing
+from labkit.engine.catalogue import UnknownModel
+from labkit.engine.safety import classifier_texts, scan
+from labkit.server.stages.context_window import fit_window
+from labkit.server.stages.offload import off_loop_if_large
+from labkit.server.stages.render_cache import Renderings, append_rendered
+from labkit.server.stages.routing import Router
+from labkit.server.stages.sampling import settle
+from labkit.server.stages.scripts import ScriptLibrary
+from labkit.server.stages.turn import ResponseRun
+from labkit.server.stores.store import ResponseStore
+from labkit.server.stores.traces import TraceStore
+
+# Reads what a client sent onto the turn (raising ``APIError`` if it is not valid); returns its items.
+Accept = Callable[[ResponseRun, Any], Sequence[Item]]
+
+
+def accept_create(turn: ResponseRun, body: Any) -> list[Item]:
+    """A create's body: the turn's request.
+
+    >>> from labkit.designs import SPRINT
+    >>> turn = ResponseRun(design=SPRINT, owner="key_a")
+    >>> len(accept_create(turn, {"model": "labkit-spark", "input": "Hi"})), turn.req.model
+    (1, 'labkit-spark')
+    """
+    turn.req = parse_create(body)
+    if turn.req.background:
+        raise invalid_request("labkit does not run background responses.", param="background")
+    return turn.req.items
+
+
+def validate(turn: ResponseRun, body: Any, accept: Accept = accept_create) -> None:
+    """Check what the client sent, all of it: ``accept`` reads it onto the turn."""
+    with turn.trace.stage(Stage.VALIDATION) as span:
+        span.items = len(accept(turn, body))
+
+
+class Hydration:
+    """The conversation so far: the connection cache's answer (``ResponseRun.parent``), or the store."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+
+    async def __call__(self, turn: ResponseRun) -> None:
+        req = turn.req
+        assert req is not None
+        with turn.trace.stage(Stage.HYDRATION) as span:
+            prev = req.previous_response_id
+            if prev is None:
+                turn.history, turn.source = [], Source.NONE
+            elif turn.parent is not None:  # the connection cache's answer (``ResponseRun.parent``)
+                turn.history, turn.source = turn.parent.items, Source.CONNECTION_CACHE
+            else:
+                items = await self.store.conversation(turn.owner, prev)
+                if items is None:
+                    raise previous_response_not_found(prev)
+                turn.history, turn.source = items, Source.STORE
+            sent = await self.resolve_references(req.items, turn.owner)
+            # Needs the history: a tool output must answer a call in it (or in the new items).
+            check_new_items(turn.history, sent, turn.owner)
+            # A compaction item in the input stands for what it replaced before it (a stateless
+            # client sends both): the model reads the compacted window.
+            turn.new_items = without_replaced(sent)
+            span.items, span.detail["source"] = len(turn.history), turn.source
+            if len(turn.new_items) < len(sent):
+                span.detail["replaced"] = len(sent) - len(turn.new_items)
+
+    async def resolve_references(self, items: list[Item], owner: str) -> list[Item]:
+        resolved = []
+        for i, item in enumerate(items):
+            if item.get("type") == "item_reference":
+                found = await self.store.find_item(owner, item["id"])
+                if found is None:
+                    raise invalid_request(
+                        f"Item with id '{item['id']}' not found.",
+                        param=f"input[{i}].id",
+                        code="item_not_found",
+                    )
+                item = found
+            else:
+                item = stored_form({"id": new_item_id(item["type"]), **item} if "id" not in item else item)
+            resolved.append(item)
+        return resolved
+
+
+def unseen_input(turn: ResponseRun) -> list[Item]:
+    """What the input classifier must read: per the plan, the whole history or only the new
+    items (when the connection cache vouches for the rest)."""
+    if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.from_connection_cache:
+        return turn.new_items
+    return turn.items
+
+
+class InputSafety:
+    """Scan the items for real, then spend the modeled classifier time for what was scanned."""
+
+    def __init__(self, safety: profiles.Safety) -> None:
+        self.safety = safety
+
+    async def __call__(self, turn: ResponseRun, items: Sequence[Item]) -> None:
+        with turn.trace.stage(Stage.INPUT_SAFETY) as span:
+            texts = classifier_texts(items)
+            result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts)
+            span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
+            await timing.sleep(self.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+
+
+class Render:
+    """Tokenize only what no cache holds (``labkit.server.stages.render_cache``). An appended rollout
+    that resumes goes on with its own buffer: the outputs it paused on, then what was appended;
+    its model is known by then, so its prompt must fit the window here (``fit_window``)."""
+
+    def __init__(self, renderings: Renderings) -> None:
+        self.renderings = renderings
+
+    async def __call__(self, turn: ResponseRun) -> None:
+        with turn.trace.stage(Stage.RENDER) as span:
+            if turn.buffer is None:
+                buffer, todo = await self.renderings.start(turn, span)
+                encoded = copied = 0  # a new buffer (or a fork) counts its work from zero
+            else:
+                buffer, encoded, copied = turn.buffer, turn.buffer.encoded, turn.buffer.copied
+                settle(turn)
+                # A waiting response keeps its sampled tokens' KV on the replica, as a paused
+                # sequence does: the next segment prefills only what was appended.
+                assert turn.replica is not None
+                buffer.add_block_hashes(turn.replica.retain(buffer.ids, buffer.block_hashes))
+                todo, span.detail["cache"] = turn.take_appending(), Source.RESPONSE
+            await append_rendered(buffer, todo, span)
+            turn.buffer = buffer
+            span.items, span.tokens = len(todo), buffer.encoded - encoded
+            span.detail["prompt_tokens"] = len(buffer)
+            span.detail["copied_ids"] = buffer.copied - copied
+        if turn.model is not None:  # a later segment: the first was fitted at routing
+            await fit_window(turn)
+
+
+class Routing:
+    """The model's configuration (a hop, unless the design caches it) and the replica: the
+    connection's, or the router's pick; a follow-up from the connection cache reuses both.
+    Then the rendered prompt must fit the model's context window (``fit_window``: refused, or
+    truncated where the request allows it), before the response exists."""
+
+    def __init__(self, routing: profiles.Routing, router: Router) -> None:
+        self.routing, self.router = routing, router
+
+    async def __call__(self, turn: ResponseRun) -> None:
+        await self.resolve(turn)
+        await fit_window(turn)
+
+    async def resolve(self, turn: ResponseRun) -> None:
+        req = turn.req
+        assert req is not None
+        with turn.trace.stage(Stage.ROUTING) as span:
+            cached = turn.parent
+            if cached is not None and cached.model.name == req.model:
+                turn.model, turn.replica, span.detail["reused"] = cached.model, cached.replica, True
+                return
+            model = self.router.cached_config(req.model) if turn.design.model_config_cache else None
+            span.detail["config_cache"] = model is not None
+            if model is None:
+                await timing.sleep(self.routing.model_config_hop_ms / 1000)
+                try:
+                    model = self.router.fetch_config(req.model)
+                except UnknownModel as exc:
+                    raise model_not_found(str(exc)) from None
+            turn.model = model
+            turn.replica = turn.pinned or self.router.pick(req.prompt_cache_key, turn.owner)
+            span.detail["replica"] = turn.replica.name
+
+
+class Intermediary:
+    """The hop through an intermediary service, where the design's plan keeps it."""
+
+    def __init__(self, intermediary: profiles.Intermediary) -> None:
+        self.intermediary = intermediary
+
+    async def __call__(self, turn: ResponseRun) -> None:
+        if turn.plan[Stage.INTERMEDIARY].runs is not Runs.SKIPPED:
+            with turn.trace.stage(Stage.INTERMEDIARY) as span:
+                span.detail["hop_ms"] = self.intermediary.hop_ms  # the profile's, modelled
+                await timing.sleep(self.intermediary.hop_ms / 1000)
+
+
+def open_response(turn: ResponseRun, scripts: ScriptLibrary, traces: TraceStore) -> None:
+    """The Response object this turn will stream, and the policy that decides its output."""
+    assert turn.req is not None and turn.model is not None
+    turn.policy = scripts.policy_for(turn.req.metadata)
+    turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
+    # Kept while it runs too, so a response's spans can be read before it ends (an appended rollout).
+    traces.put(turn.owner, turn.response["id"], turn.trace)

@@ -1,0 +1,174 @@
+"""The inference stages: a replica's slot, the prompt it reads, the output it samples.
+
+    queue         waiting for a slot on the replica (held through prefill and decode)
+    prefill       the prompt tokens the replica's prefix cache lacks
+    decode        sampling, paced at the model's speed, each chunk an event
+
+``queue`` is an object built with the replicas' slots; ``prefill`` and ``decode`` need nothing
+but the turn (its replica and model), so they are functions. ``labkit.server.stages.pipeline.Pipeline``
+lists them; ``labkit.server.stages.responder.infer`` runs them for a response,
+``labkit.server.stages.compaction_pass`` for a compaction pass. ``settle`` moves what was sampled
+onto the rendered buffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from functools import lru_cache
+
+from labkit.api.events import Event, ResponseEvents
+from labkit.api.ids import new_id, new_item_id
+from labkit.api.stages import Stage
+from labkit.engine.policies import Call, ModelAction, Say
+from labkit.engine.render import GENERATION_PROMPT
+from labkit.server.stages.slots import EngineSlots
+from labkit.server.stages.turn import ResponseRun
+from labkit.text.tokenizer import decode as text_of
+from labkit.text.tokenizer import encode_text
+
+Emit = Callable[[Event], Awaitable[None]]
+
+
+class Queue:
+    """A slot on the turn's replica, held until the ``async with`` block ends. The span says how
+    busy the replica was and how many of its slots the turn's key held when it asked, and whether
+    it waited (for a free slot, or for its key's share: ``labkit.server.stages.slots``)."""
+
+    def __init__(self, slots: dict[str, EngineSlots]) -> None:
+        self.slots = slots  # per replica: the responses it serves at once, shared by keys
+
+    @asynccontextmanager
+    async def __call__(self, turn: ResponseRun) -> AsyncIterator[None]:
+        assert turn.replica is not None
+        slots = self.slots[turn.replica.name]
+        with turn.trace.stage(Stage.QUEUE) as span:
+            span.detail.update(busy=slots.busy, held_by_key=slots.held[turn.owner])
+            span.detail["waited"] = await slots.acquire(turn.owner)
+        try:
+            yield
+        finally:
+            slots.release(turn.owner)
+
+
+async def prefill(turn: ResponseRun) -> None:
+    """The replica reads the prompt: the rendered conversation and the assistant's turn opener."""
+    model, replica, buffer = turn.model, turn.replica, turn.buffer
+    assert model is not None and replica is not None and buffer is not None
+    with turn.trace.stage(Stage.PREFILL) as span:
+        read = await replica.prefill(model, buffer.ids, buffer.block_hashes, tail=GENERATION_PROMPT)
+        span.tokens, span.detail["cached_tokens"] = read.uncached_tokens, read.cached_tokens
+        span.detail["hashed_blocks"] = read.work.hashed_blocks
+        span.detail["touched_blocks"] = read.work.touched_blocks
+    turn.prompt_tokens += read.prompt_tokens
+    turn.cached_tokens += read.cached_tokens
+
+
+async def decode(
+    turn: ResponseRun, events: ResponseEvents, actions: Sequence[ModelAction], emit: Emit
+) -> str | None:
+    """Sample the actions' tokens, each chunk an event through ``emit``; returns why sampling
+    stopped early: ``max_output_tokens``, ``steered`` (``SAFE_BOUNDARIES``), or None."""
+    with turn.trace.stage(Stage.DECODE) as span:
+        before = turn.produced
+        stopped = await _sample(turn, events, actions, emit)
+        span.tokens, span.items = turn.produced - before, len(actions)
+        if stopped:
+            span.detail["stopped"] = stopped
+    return stopped
+
+
+def settle(turn: ResponseRun) -> int:
+    """Append the outputs sampled since the last settle to the rendered buffer (headers only), and
+    make them part of the turn's items; returns how many tokens that added. Render settles them
+    before an appended rollout's next input, retain before the conversation is kept."""
+    assert turn.buffer is not None
+    outputs, ids = turn.unsettled()
+    added = sum(turn.buffer.append_sampled(item, sampled) for item, sampled in zip(outputs, ids, strict=True))
+    turn.appended += outputs
+    turn.settled = len(turn.response["output"])
+    return added
+
+
+MAX_OUTPUT_TOKENS, STEERED = "max_output_tokens", "steered"  # why sampling stops early
+SAFE_BOUNDARIES = """Where a response with steering input waiting stops: before an output item, and
+in a message's text right after a token that ends a sentence (``.``, ``!``, ``?``) or holds a
+line break, so a long answer is redirected within a sentence of the steer. A function call's
+arguments are never cut: the call completes (and the client's tool result is then awaited)."""
+
+
+async def _sample(
+    turn: ResponseRun, events: ResponseEvents, actions: Sequence[ModelAction], emit: Emit
+) -> str | None:
+    """Every action's tokens on one decode clock; why it stopped early, if it did."""
+    assert turn.req is not None and turn.replica is not None and turn.model is not None
+    # The request's budget, within the part of the window its model keeps for the output.
+    budget = min(turn.req.max_output_tokens or turn.model.max_output_tokens, turn.model.max_output_tokens)
+    clock = turn.replica.decode(turn.model)
+    steering = turn.steering
+    for action in actions:
+        if steering is not None and steering.steer_requested:
+            return STEERED  # a boundary: before an item
+        if isinstance(action, Call):
+            opening = events.begin_call(new_item_id("function_call"), new_id("call"), action.name)
+            body = action.arguments
+        else:
+            opening = events.begin_message(new_item_id("message"))
+            body = action.text
+        for event in opening:
+            await emit(event)
+        ids = answer_ids(body)
+        room = max(0, budget - turn.produced)
+        sampled = ids[:room]
+        stopped = MAX_OUTPUT_TOKENS if len(sampled) < len(ids) else None
+        steerable = steering if isinstance(action, Say) else None  # a call is never cut
+        sent, at_boundary = 0, False
+        async with contextlib.aclosing(clock.pace(sampled)) as chunks:
+            async for chunk in chunks:
+                if steerable is not None and steerable.steer_requested:
+                    cut = 0 if at_boundary else _boundary_in(chunk)
+                    if cut is not None:
+                        if cut:
+                            await emit(events.delta(text_of(chunk[:cut])))
+                        sent, stopped = sent + cut, STEERED
+                        break
+                await emit(events.delta(text_of(chunk)))
+                sent += len(chunk)
+                at_boundary = ends_sentence(chunk[-1])
+        turn.produced += sent
+        turn.output_ids.append(list(sampled[:sent]))
+        for event in events.end_item("incomplete" if stopped else "completed"):
+            await emit(event)
+        if stopped:
+            return stopped
+    return None
+
+
+def _boundary_in(chunk: Sequence[int]) -> int | None:
+    """How many tokens of ``chunk`` to send before stopping at its first boundary, if it has one."""
+    for i, token in enumerate(chunk):
+        if ends_sentence(token):
+            return i + 1
+    return None
+
+
+@lru_cache(maxsize=4096)
+def ends_sentence(token: int) -> bool:
+    """Whether a token ends a sentence or a line (``SAFE_BOUNDARIES``).
+
+    >>> [ends_sentence(t) for t in encode_text("Done. Next")]
+    [False, True, False]
+    """
+    text = text_of([token])
+    return "\n" in text or text.rstrip().endswith((".", "!", "?"))
+
+
+@lru_cache(maxsize=16)
+def answer_ids(text: str) -> tuple[int, ...]:
+    """The ids of an answer the simulated model gives. A real engine hands the API service the
+    tokens it sampled; the simulation tokenizes the text its policy chose instead, once per
+    distinct answer (answers repeat: a room runs the same scenario, asks for the same lengths),
+    so the server's CPU per turn is the service's, not the simulation's. The 16 most recent
+    answers are kept."""
+    return tuple(encode_text(text))

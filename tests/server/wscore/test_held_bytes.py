@@ -1,0 +1,192 @@
+"""What a WebSocket client's frames make the server hold is bounded in bytes, per connection and
+per key (``labkit.server.wscore.held_bytes``), for every kind of frame.
+
+The old server counted injects (16 a response) and steers (8 a response) but not their bytes: 16
+lanes x 16 injects of 1.9 MB were all accepted on one connection, and the server grew by half a
+gigabyte; and a key could open any number of such connections. Now every frame not used yet
+counts toward the connection's bound (16 MiB by default) and its key's
+(``--max-held-bytes-per-key``); past either, the frame is refused with an error in the API's
+shape, and nothing else on the socket changes.
+
+A real ``labkit serve`` on loopback and raw WebSocket frames on the multi-agent beta's wire
+(injects held by rollouts that are still decoding, so none is taken). The memory bound is
+checked on a second flood, against a generous threshold, as ``test_outbox.py`` checks its
+own. When each kind of frame stops being held is checked on the I/O-free ``Connection``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from websockets.sync.client import ClientConnection
+
+from labkit.api.extensions import DESIGN_HEADER
+from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA
+from labkit.client.launcher import LabkitServer
+from labkit.designs import compose
+from labkit.server.wscore.connection import Connection
+from labkit.server.wscore.connection_jobs import Failed, Finished, Send, Start
+from labkit.server.wscore.held_bytes import HeldBytes
+from tests.helpers import auth_headers, ws_connect
+
+pytestmark = pytest.mark.slow  # servers of its own, and half a gigabyte of frames
+
+BETA = {BETA_HEADER: MULTI_AGENT_BETA, DESIGN_HEADER: "appended"}
+LANES, INJECTS = 16, 16  # a connection's responses in flight, and injects each may be handed
+INJECT_CHARS = 1_900_000  # an inject's text: under the 2 MiB frame limit
+LONG = "Write 30000 tokens."  # a rollout that decodes for minutes at labkit-classic's pace
+RSS_GROWTH_LIMIT_KB = 64 * 1024  # a flood sends ~490 MB; the old server held it all, this one none
+KEY_BOUND = 3 * 1024 * 1024  # --max-held-bytes-per-key for the key's own test
+RECV_TIMEOUT_S = 20.0
+RELEASED_WITHIN_S = 5.0  # a closed connection's bytes are the key's again within this, at most
+
+
+def rss_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
+
+def rollouts(ws: ClientConnection, lanes: int) -> list[str]:
+    """Start a long rollout on each of ``lanes`` lanes; their response ids once created."""
+    for lane in range(lanes):
+        create = {"type": "response.create", "model": "labkit-classic", "input": LONG, "store": False}
+        ws.send(json.dumps({**create, "stream_id": f"lane-{lane}"}))
+    created: list[str] = []
+    while len(created) < lanes:
+        event = json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
+        assert event["type"] != "error", event
+        if event["type"] == "response.created":
+            created.append(event["response"]["id"])
+    return created
+
+
+def inject(response_id: str, chars: int) -> str:
+    message = {"type": "message", "role": "user", "content": "y" * chars}
+    return json.dumps({"type": "response.inject", "response_id": response_id, "input": [message]})
+
+
+def answer_to_marker(ws: ClientConnection) -> list[dict[str, Any]]:
+    """Send a frame every connection answers (an unknown type), and return the refusals that came
+    before its answer: the frames sent before it were all handled by then, in order."""
+    ws.send(json.dumps({"type": "marker"}))
+    refusals = []
+    while True:
+        event = json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
+        if event["type"] == "error" and event["error"]["code"] == "unknown_event":
+            return refusals
+        if event["type"] == "error":
+            refusals.append(event)
+
+
+def flood(ws: ClientConnection, ids: list[str]) -> list[dict[str, Any]]:
+    """Hand every rollout ``INJECTS`` injects of ``INJECT_CHARS``; the refusals, once all were handled."""
+    for response_id in ids:
+        frame = inject(response_id, INJECT_CHARS)
+        for _ in range(INJECTS):
+            ws.send(frame)
+    return answer_to_marker(ws)  # the connection is still open: it answers
+
+
+def test_one_connections_injects_are_held_within_its_bound() -> None:
+    with LabkitServer(args=["--profile", "local"]) as server, ws_connect(server, **BETA) as ws:
+        ids = rollouts(ws, LANES)
+        pid = server.processes()[0]
+        refusals = flood(ws, ids)
+        # The allocator keeps some of what it freed (how much varies with the machine's load);
+        # a second flood reuses it, and grows the server only by what it holds anew.
+        before = rss_kb(pid)
+        refused_again = flood(ws, ids)
+        grown = rss_kb(pid) - before
+    held = LANES * INJECTS - len(refusals)
+    assert held * INJECT_CHARS <= 16 * 1024 * 1024, held  # the old server: all 256 held
+    assert {(e["status"], e["error"]["code"]) for e in refusals} == {(429, "websocket_queue_full")}
+    assert "this connection" in refusals[0]["error"]["message"]
+    assert len(refused_again) == LANES * INJECTS  # the bound is full: nothing more is held
+    assert grown < RSS_GROWTH_LIMIT_KB, f"a second flood grew the server by {grown // 1024} MiB"
+
+
+@pytest.fixture(scope="module")
+def bounded_key() -> Iterator[LabkitServer]:
+    with LabkitServer(args=["--profile", "local", "--max-held-bytes-per-key", str(KEY_BOUND)]) as running:
+        yield running
+
+
+def test_a_keys_connections_hold_within_its_bound_together(bounded_key: LabkitServer) -> None:
+    key = auth_headers("sk-two-sockets")
+    one = ws_connect(bounded_key, **key, **BETA)
+    with ws_connect(bounded_key, **key, **BETA) as two:
+        [first], [second] = rollouts(one, 1), rollouts(two, 1)
+        for _ in range(2):
+            one.send(inject(first, 1_000_000))  # 2 MB held by the first connection
+        assert answer_to_marker(one) == []
+        two.send(inject(second, 1_500_000))  # within its connection's bound, past its key's
+        [refused] = answer_to_marker(two)
+        assert refused["error"]["code"] == "websocket_queue_full"
+        assert "this API key" in refused["error"]["message"]
+        one.close()  # what the first connection held is given back to the key as it ends
+        deadline = time.monotonic() + RELEASED_WITHIN_S
+        while time.monotonic() < deadline:
+            two.send(inject(second, 1_500_000))
+            if answer_to_marker(two) == []:
+                return
+            time.sleep(0.1)
+        raise AssertionError("what the closed connection held was not given back")
+
+
+# ---------------------------------------------------------------- the accounting, on the I/O-free Connection
+
+
+def conversation(response_id: str) -> Any:
+    """What a finished response leaves in the cache: only its Response's id matters here."""
+    return SimpleNamespace(response={"id": response_id})
+
+
+def create_frame(**fields: Any) -> str:
+    return json.dumps({"type": "response.create", "model": "labkit-spark", "input": "hi", **fields})
+
+
+def test_steering_input_is_held_until_the_response_that_carries_it_is_created() -> None:
+    conn = Connection(compose("websocket"))
+    [start] = conn.receive(create_frame())
+    assert isinstance(start, Start) and conn.held.held == 0  # a create is held until it starts
+    conn.created(start.job, "resp_1")
+    conn.steer({"type": "response.steer", "previous_response_id": "resp_1", "input": "Stop."}, size=500)
+    assert conn.held.held == 500
+    after = conn.finished(start.job, Finished(conversation("resp_1"), "incomplete"))
+    [successor] = [a.job for a in after if isinstance(a, Start)]
+    assert conn.held.held == 500  # carried by the successor, not yet committed
+    conn.created(successor, "resp_2")
+    assert conn.held.held == 0
+
+
+def test_injected_input_is_held_until_the_rollout_takes_it_or_returns_it() -> None:
+    conn = Connection(compose("appended"), inject=True)
+    [start] = conn.receive(create_frame())
+    conn.created(start.job, "resp_1")
+    frame = json.dumps(
+        {"type": "response.inject", "response_id": "resp_1", "input": [{"role": "user", "content": "x"}]}
+    )
+    conn.receive(frame)
+    assert conn.held.held == len(frame)
+    conn.append_taken(start.job)
+    assert conn.held.held == 0
+    conn.receive(frame)
+    [returned] = [a.event for a in conn.finished(start.job, Failed()) if isinstance(a, Send)]
+    assert returned["type"] == "response.inject.failed" and conn.held.held == 0
+
+
+def test_a_connection_that_ends_gives_what_it_held_back_to_its_key() -> None:
+    key = HeldBytes(10_000, "this API key")
+    conn = Connection(compose("websocket"), held_by_key=key)
+    conn.receive(create_frame())  # starts at once
+    waiting = create_frame(input="again")  # waits behind it on the default lane: held
+    conn.receive(waiting)
+    assert key.held == conn.held.held == len(waiting)
+    conn.held.release()
+    assert key.held == 0

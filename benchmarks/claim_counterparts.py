@@ -237,7 +237,7 @@ def share_gap(first: float, second: float, noise: float | None, also: str = "") 
 # ---------------------------------------------------------------- 04 the appended prototype
 
 SHORT_04 = "synthetic:turns=20,output_tokens=10,tool_tokens=50,instruction_tokens=4000"
-LONG_04 = "synthetic:turns=10,output_tokens=400,tool_tokens=50,instruction_tokens=4000"
+LONG_04 = "synthetic:turns=20,output_tokens=200,tool_tokens=50,instruction_tokens=4000"
 ONCE = ("hydration", "routing", "output_safety", "retain", "billing")
 WIRES = ("websocket", "appended", "appended+prototype_wire")
 
@@ -276,6 +276,9 @@ def fixed_lead_larger_on_short_turns(m: Machine) -> Margin:
         f = m.frames(["websocket", "appended"], scenario=scenario)
         leads[name] = lab.saving(f["websocket"], f["appended"], column="wall")
     return same_ms_larger_share(leads["short"], leads["long"])
+
+
+# ---------------------------------------------------------------- 10 the SDK's inject beta
 
 
 def beta_keeps_a_lead(m: Machine) -> Margin:
@@ -619,27 +622,6 @@ COUNTERPARTS: tuple[Counterpart, ...] = (
         ),
     ),
     Counterpart(
-        "04",
-        "over the SDK's beta, the appended design keeps a lead over the shipped design on a typical turn",
-        beta_keeps_a_lead,
-        reader(
-            rf"{N} ± {N} ms a turn", lambda ms, noise: sure(ms, noise, f"{ms:.0f} ± {noise:.0f} ms a turn")
-        ),
-    ),
-    Counterpart(
-        "04",
-        "both wires run the same API stages, as often",
-        wires_run_the_same_stages,
-        verdict_only,
-        why="which stages run is the design's plan, the same on both wires whatever the CPU",
-    ),
-    Counterpart(
-        "04",
-        "the inject wire keeps most of the prototype wire's lead over the shipped design",
-        inject_keeps_most,
-        reader(rf"it keeps {N}%", kept_over_half, PCT),
-    ),
-    Counterpart(
         "05",
         "measured turn by turn, the sprint's steps and the socket's each save time on this laptop",
         sprint_and_socket_save_measured,
@@ -733,6 +715,27 @@ COUNTERPARTS: tuple[Counterpart, ...] = (
             reader(rf"steer {N} ms, resend {N} ms, wait {N} ms", answered_first),
         )
         for tps in (65, 1000)
+    ),
+    Counterpart(
+        "10",
+        "over the SDK's beta, the appended design keeps a lead over the shipped design on a typical turn",
+        beta_keeps_a_lead,
+        reader(
+            rf"{N} ± {N} ms a turn", lambda ms, noise: sure(ms, noise, f"{ms:.0f} ± {noise:.0f} ms a turn")
+        ),
+    ),
+    Counterpart(
+        "10",
+        "both wires run the same API stages, as often",
+        wires_run_the_same_stages,
+        verdict_only,
+        why="which stages run is the design's plan, the same on both wires whatever the CPU",
+    ),
+    Counterpart(
+        "10",
+        "the inject wire keeps most of the prototype wire's lead over the shipped design",
+        inject_keeps_most,
+        reader(rf"it keeps {N}%", kept_over_half, PCT),
     ),
 )
 

@@ -169,12 +169,12 @@ PRINTED = [
         "turn, -0.4% ± 0.3% of a long one)",
     ),
     (
-        "04",
+        "10",
         "over the SDK's beta, the appended design keeps a lead over the shipped design on a typical turn",
         "does NOT hold (7 ± 4 ms a turn, 6% ± 3% of websocket's turn)",
     ),
     (
-        "04",
+        "10",
         "the inject wire keeps most of the prototype wire's lead over the shipped design",
         "holds (it keeps 90% (7 ± 1 ms of 8.1 ± 1.0 ms a turn); against the prototype wire, the inject wire "
         "made no difference beyond the noise (0.7 ± 0.8 ms a turn more))",

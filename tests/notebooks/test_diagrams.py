@@ -49,7 +49,7 @@ def test_every_diagram_is_drawn_from_the_source_in_its_cell(tool: ModuleType) ->
 def test_a_source_edited_without_drawing_it_again_is_found(tool: ModuleType, copy: Path) -> None:
     path = copy / "04_appended_rollout_prototype.ipynb"
     notebook = json.loads(path.read_text(encoding="utf-8"))
-    [diagram] = tool.diagrams_in(path, notebook)
+    [diagram] = [d for d in tool.diagrams_in(path, notebook) if d.name == "04-appended-rollout"]
     cell = notebook["cells"][diagram.cell]
     cell["source"] = [line.replace("runs the tool", "runs a tool") for line in cell["source"]]
     tool.write_notebook(path, notebook)

@@ -43,6 +43,7 @@ from labkit.analysis.fit.check import MODEL_POINTS, placed
 from labkit.analysis.fit.inputs import Figure
 from labkit.analysis.fit.laptop import crossover, with_cpu
 from labkit.analysis.fit.outcomes import FITTED_NAME, Basis, model_outcomes
+from labkit.analysis.growth import Growth
 from labkit.analysis.paired import SURE, Saving
 from labkit.client import steering
 
@@ -79,7 +80,7 @@ def api_time_grows(m: Machine) -> Margin:
     return growing(lab.growth([m.frame("naive", model=CLASSIC), m.frame("naive", model=SPARK)]))
 
 
-def growing(g: lab.Growth) -> Margin:
+def growing(g: Growth) -> Margin:
     return slope_margin(g.per_1k_ms, g.noise_ms)
 
 

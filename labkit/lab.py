@@ -16,14 +16,14 @@
 The names, grouped:
 
 - serving: ``server`` (the room's shared server when ``$LABKIT_URL`` names one, else one of
-  the notebook's own), ``LabkitServer``, ``RoomServer``
+  the notebook's own), ``LabkitServer``
 - rollouts: ``Rollout`` (``run``, or ``play`` turn by turn), ``take_turns`` (several designs'
-  rollouts of one task, turn *t* of each before turn *t* + 1 of any), ``TurnRecord``; ``Toolbox``
+  rollouts of one task, turn *t* of each before turn *t* + 1 of any); ``Toolbox``
   (the agent's real tools, on a sandbox copy of the sample repository); ``fetch_spans``
   (the server's spans of any response, such as one an SDK client made); ``completed`` (an SDK
   WebSocket connection's response, once it completes; ``ResponseFailed`` otherwise),
   ``until_paused`` (the prototype's raw wire read until the response pauses or ends)
-- designs: ``DESIGNS``, ``Design``, ``compose`` (``"naive+render_cache"``), ``plan_table``;
+- designs: ``DESIGNS``, ``compose`` (``"naive+render_cache"``), ``plan_table``;
   ``wire_events`` (the events of one exchange over the prototype's wire, the launch's and the
   SDK's beta ``response.inject``, side by side)
 - metrics: ``summary``, ``turn_table``, ``end_to_end``, ``stage_work`` (tokens a stage
@@ -43,7 +43,7 @@ The names, grouped:
   counted by ``benchmarks/lesson_claims.py``)
 - build it yourself: ``exercises`` (the story notebooks' exercises: the learner's code, or
   labkit's reference while it is still the skeleton, and each check's one-sentence verdict)
-- the cost model: ``predict``, ``Prediction``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
+- the cost model: ``predict``, ``profile``, ``scenario``, ``shape``, ``cpu_costs``
 - plots: ``plots`` (the standard figures), ``LivePlot`` (one of them, redrawn turn by turn),
   ``shown`` (wait until a browser has drawn live plots), ``show`` (a finished figure, static)
 - what-ifs: ``whatif`` (settings in, DataFrames out), ``what_if_lab`` (its widgets),
@@ -82,13 +82,13 @@ from labkit.analysis.cost_model import predict as _predict
 from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.frames import span_detail, stage_work
 from labkit.analysis.glossary import define, glossary
-from labkit.analysis.growth import HISTORY_STAGES, Growth, growth, stage_ms
+from labkit.analysis.growth import HISTORY_STAGES, growth, stage_ms
 from labkit.analysis.guesses import Undecided, decide, self_check, trend
 from labkit.analysis.guesses import check as check_guess
 from labkit.analysis.live import LivePlot, show, shown
 from labkit.analysis.metrics import end_to_end, summary
 from labkit.analysis.metrics import turns as turn_table
-from labkit.analysis.paired import Saving, saving
+from labkit.analysis.paired import saving
 from labkit.analysis.replay import replay
 from labkit.analysis.shape import Shape
 from labkit.analysis.tables import compare, styled
@@ -97,7 +97,6 @@ from labkit.client import steering
 from labkit.client.agent import DEFAULT_MODEL, Rollout, Toolbox, fetch_spans, take_turns
 from labkit.client.launcher import LabkitServer
 from labkit.client.reading import ResponseFailed, completed, until_paused
-from labkit.client.records import TurnRecord
 from labkit.client.room import RoomServer, joined, learner_name, room_url, unread_variables
 from labkit.client.trace_watch import TraceWatcher
 from labkit.client.wires import side_by_side as wire_events
@@ -119,21 +118,13 @@ pd.set_option("display.max_colwidth", None)
 __all__ = [
     "DESIGNS",
     "HISTORY_STAGES",
-    "CpuCosts",
-    "Design",
-    "Growth",
     "LabkitServer",
     "LivePlot",
-    "Prediction",
     "ResponseFailed",
     "Rollout",
-    "RoomServer",
-    "Saving",
-    "Shape",
     "Stage",
     "Toolbox",
     "TraceWatcher",
-    "TurnRecord",
     "Undecided",
     "about",
     "article_fit",

@@ -140,12 +140,18 @@ FIVE_ITEMS = [
 # ---------------------------------------------------------------- WebSocket mode, raw
 
 
-def ws_connect(server: LabkitServer, query: str = "", **headers: str) -> ClientConnection:
+def ws_connect(
+    server: LabkitServer, query: str = "", *, max_queue: int | None = 16, **headers: str
+) -> ClientConnection:
+    """A raw WebSocket to ``server``. ``max_queue=None`` keeps reading what the server sends while
+    the test is busy sending: with websockets' default (16 messages) a client that sends for a
+    long time without reading stops reading, and the server then stops reading it too."""
     return connect(
         server.ws_url + query,
         additional_headers={**auth_headers(), **headers},
         open_timeout=10,
         max_size=None,
+        max_queue=max_queue,
     )
 
 

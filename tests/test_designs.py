@@ -18,6 +18,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from labkit import lab
+from labkit.analysis.cpu_costs import CpuCosts
 from labkit.api.extensions import DESIGN_HEADER
 from labkit.api.stages import Stage
 from labkit.client.agent import Rollout
@@ -206,8 +207,8 @@ def test_lab_takes_specs() -> None:
     table = lab.plan_table(["naive", "naive+render_cache"])
     assert table.loc["render", "naive+render_cache"] == "every turn, over the new items (render cache)"
     shape = "synthetic:turns=3"
-    named = lab.predict("sprint", profile_name="local", scenario_name=shape, cpu=lab.CpuCosts())
-    spelled = lab.predict(SPRINT_PARTS, profile_name="local", scenario_name=shape, cpu=lab.CpuCosts())
+    named = lab.predict("sprint", profile_name="local", scenario_name=shape, cpu=CpuCosts())
+    spelled = lab.predict(SPRINT_PARTS, profile_name="local", scenario_name=shape, cpu=CpuCosts())
     assert spelled.design == SPRINT_PARTS
     assert [t.stages for t in spelled] == [t.stages for t in named]
     assert lab.compose is compose

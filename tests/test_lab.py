@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from labkit import lab
+from labkit.analysis.cpu_costs import CpuCosts
 from labkit.api.stages import Stage
 from labkit.designs import DESIGNS
 
@@ -102,8 +103,8 @@ def test_the_frame_keeps_what_the_spans_know(server: lab.LabkitServer) -> None:
 
 
 def test_predict_from_names() -> None:
-    naive = lab.predict("naive", profile_name="local", scenario_name=SCENARIO, cpu=lab.CpuCosts())
-    ws = lab.predict("websocket", profile_name="local", scenario_name=SCENARIO, cpu=lab.CpuCosts())
+    naive = lab.predict("naive", profile_name="local", scenario_name=SCENARIO, cpu=CpuCosts())
+    ws = lab.predict("websocket", profile_name="local", scenario_name=SCENARIO, cpu=CpuCosts())
     assert len(naive) == len(ws) == 5
     assert naive[4].tokens[Stage.INPUT_SAFETY] > ws[4].tokens[Stage.INPUT_SAFETY]
     frame = ws.frame()

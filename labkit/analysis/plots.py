@@ -352,9 +352,14 @@ def stage_breakdown(table: pd.DataFrame, design: str) -> go.Figure:
 
 
 def saving_curve(
-    curve: pd.DataFrame, current_tps: float, current_saving: float, design: str = "websocket"
+    curve: pd.DataFrame,
+    current_tps: float,
+    current_saving: float,
+    baseline: str = "naive",
+    design: str = "websocket",
 ) -> go.Figure:
-    """A design's saving against naive across decode speeds (log scale), the current point marked."""
+    """A design's saving against ``baseline`` across decode speeds (log scale), the current point
+    marked (``curve``: ``labkit.analysis.whatif.saving_by_speed``), under a title that names no outcome."""
     color = design_color(design)
     fig = go.Figure(
         [
@@ -376,5 +381,5 @@ def saving_curve(
     )
     fig.update_xaxes(type="log")
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
-    title = f"What {design} saves grows with the model's speed"
-    return layout(fig, title, "decode speed (tokens/s)", "saved vs naive")
+    title = f"{design}'s saving against {baseline}, across decode speeds"
+    return layout(fig, title, "decode speed (tokens/s)", f"saved vs {baseline}")

@@ -36,7 +36,7 @@ from labkit.analysis.background import Background
 from labkit.analysis.cost_model import CpuCosts
 from labkit.analysis.live import LivePlot, StaticFigure, static
 from labkit.analysis.tables import styled
-from labkit.analysis.whatif.figures import mechanism_bars, saving_curve
+from labkit.analysis.whatif.figures import mechanism_bars
 from labkit.designs import DESIGNS
 
 MODEL_ONLY = " (model only)"
@@ -128,7 +128,7 @@ class WhatIfLab:
         self.comparison = widgets.HTML("")
         self.predictions = LivePlot(plots.prediction_bars)
         self.mechanisms = LivePlot(mechanism_bars)
-        self.curve = LivePlot(saving_curve)
+        self.curve = LivePlot(plots.saving_curve)
         self.breakdown = LivePlot(plots.stage_breakdown)
         self.predicted: pd.DataFrame | None = None
         self.measured: pd.DataFrame | None = None
@@ -172,7 +172,7 @@ class WhatIfLab:
         """Everything the figures show for the current settings (pure functions only)."""
         settings, baseline = self.settings, self.baseline.value
         self.predicted = whatif.predict(settings, self.cpu)
-        curve = whatif.saving_curve(settings, self.cpu, baseline=baseline)
+        curve = whatif.saving_by_speed(settings, self.cpu, baseline=baseline)
         here = self.predicted.set_index("design").loc["websocket", whatif.saving_column(baseline)]
         measured = self.measured if self.measured_at == settings else None
         self.table.value = _html(whatif.prediction_table(self.predicted, baseline))

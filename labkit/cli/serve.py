@@ -90,7 +90,7 @@ def add_connection_cache_flag(parser: argparse.ArgumentParser) -> None:
         "--connection-cache",
         metavar="FILE.py:CLASS",
         help="every WebSocket connection's cache is an instance of this class (serve, keep, failed, "
-        "as labkit.server.wscore.connection_cache's), each call guarded: a learner's exercise; "
+        "as labkit.connection_cache's), each call guarded: a learner's exercise; "
         "loopback --host only",
     )
 

@@ -147,7 +147,7 @@ def _turn_or_resend(transport: Transport, request: TurnRequest) -> TurnResult:
     try:
         return transport.turn(request)
     except TurnFailed as failed:
-        if "previous_response_not_found" not in str(failed) or request.reconnect:
+        if failed.code != "previous_response_not_found" or request.reconnect:
             raise
     result = transport.turn(replace(request, reconnect=True))
     return replace(result, sent=started, build=None)

@@ -50,7 +50,27 @@ from labkit.designs import Design, compose
 
 
 class TurnFailed(RuntimeError):
-    pass
+    """A turn ended without a response: the server's error (its ``code``, e.g.
+    ``previous_response_not_found``, where it gave one) or a stream that ended early.
+
+    >>> failed = failure({"type": "error", "error": {"code": "previous_response_not_found", "message": "?"}})
+    >>> failed.code, str(failed)
+    ('previous_response_not_found', 'previous_response_not_found: ?')
+    """
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def failure(event: Any) -> TurnFailed:
+    """``TurnFailed`` for an ``error`` (or ``response.inject.failed``) event, the SDK's typed
+    object or a raw frame's dict, with the error's code: at the top of an HTTP stream's error,
+    under ``error`` on a socket."""
+    fields = event.model_dump(mode="json") if hasattr(event, "model_dump") else dict(event)
+    error = fields.get("error") if isinstance(fields.get("error"), dict) else fields
+    code, message = error.get("code"), error.get("message")
+    return TurnFailed(f"{code}: {message}" if code else json.dumps(fields), code)
 
 
 @dataclass
@@ -185,7 +205,7 @@ class StatelessHTTP:
                     if event.type in TERMINAL_EVENTS:
                         result = timer.result(event.response.model_dump(mode="json"))
                     elif event.type == ERROR:
-                        raise TurnFailed(str(event))
+                        raise failure(event)
             if result is None:
                 raise TurnFailed("the stream ended without a terminal event")
             return result
@@ -234,7 +254,7 @@ class WebSocketMode:
                 self._previous = result.response_id
                 return result
             if event.type == ERROR:
-                raise TurnFailed(str(event))
+                raise failure(event)
         raise TurnFailed("the socket closed before a terminal event")
 
     def close(self) -> None:
@@ -304,7 +324,7 @@ class AppendedRollout:
             elif event.type in TERMINAL_EVENTS:
                 return timer.result(event.response.model_dump(mode="json"), output)
             elif event.type in (ERROR, INJECT_FAILED):
-                raise TurnFailed(str(event))
+                raise failure(event)
         raise TurnFailed("the socket closed before the turn ended")
 
     def close(self) -> None:
@@ -351,7 +371,7 @@ class PrototypeRollout:
             elif kind in TERMINAL_EVENTS:
                 return timer.result(event["response"], output)
             elif kind == ERROR:
-                raise TurnFailed(json.dumps(event))
+                raise failure(event)
 
     def _send(self, frame: dict[str, Any]) -> None:
         assert self._ws is not None

@@ -59,44 +59,65 @@ def checked(cache_class: type) -> Verdict:
 # ---------------------------------------------------------------- the usual mistakes
 
 
-class AlwaysMiss(ReferenceCache):
+class Solution:
+    """The notebook's solution, as a learner writes it: the usual mistakes are variants of it."""
+
+    def __init__(self) -> None:
+        self.latest: dict[Any, Any] = {}
+
+    def serve(self, previous_response_id: str) -> Any:
+        for entry in self.latest.values():
+            if response_id(entry) == previous_response_id:
+                return entry
+        return None
+
+    def keep(self, lane: Any, entry: Any) -> None:
+        self.latest[lane] = entry
+
+    def failed(self, lane: Any, previous_response_id: str) -> None:
+        entry = self.latest.get(lane)
+        if entry is not None and response_id(entry) == previous_response_id:
+            del self.latest[lane]
+
+
+class AlwaysMiss(Solution):
     def serve(self, previous_response_id: str) -> Any:
         return None
 
 
-class NeverEvict(ReferenceCache):
+class NeverEvict(Solution):
     def failed(self, lane: Any, previous_response_id: str) -> None:
         pass
 
 
-class EvictEverything(ReferenceCache):
+class EvictEverything(Solution):
     def failed(self, lane: Any, previous_response_id: str) -> None:
         self.latest.clear()
 
 
-class WrongLane(ReferenceCache):
+class WrongLane(Solution):
     def keep(self, lane: Any, entry: Any) -> None:
         self.latest = {None: entry}  # one entry for the connection, whatever the lane
 
 
-class Raising(ReferenceCache):
+class Raising(Solution):
     def keep(self, lane: Any, entry: Any) -> None:
         raise ValueError("no room")
 
 
-class Hanging(ReferenceCache):
+class Hanging(Solution):
     def serve(self, previous_response_id: str) -> Any:
         while True:
             pass
 
 
-class WrongType(ReferenceCache):
+class WrongType(Solution):
     def serve(self, previous_response_id: str) -> Any:
         entry = super().serve(previous_response_id)
         return None if entry is None else response_id(entry)
 
 
-class Shared(ReferenceCache):
+class Shared(Solution):
     everything: ClassVar[dict[str, Any]] = {}  # on the class: every connection's entries in one place
 
     def serve(self, previous_response_id: str) -> Any:
@@ -185,7 +206,7 @@ def test_the_skeleton_hands_on_the_reference_without_calling_it(capsys: pytest.C
 def test_a_cells_class_becomes_a_module_with_what_it_reads() -> None:
     source = cells()["x305"].split("```python\n")[1].split("```")[0]
     text = module_source(in_a_cell(source, "MyCache"))
-    assert "from labkit.analysis.exercises.cache import response_id" in text
+    assert "from labkit.connection_cache import response_id" in text  # where labkit's own lives
     assert "class MyCache:" in text
     namespace: dict[str, Any] = {}
     exec(compile(text, "written.py", "exec"), namespace)  # loads on its own, as the server loads it

@@ -81,8 +81,8 @@ def test_a_saving_against_the_sprint_is_smaller_than_against_naive() -> None:
     assert 0 < ws["saved_vs_sprint"] < ws["saved_vs_naive"]
     assert ws["saved_vs_sprint"] == pytest.approx(1 - ws["e2e_s"] / table.loc["sprint", "e2e_s"])
     assert table.loc["sprint", "saved_vs_sprint"] == 0
-    sprint_curve = whatif.saving_curve(POINT, CPU, speeds=[100, 1000], baseline="sprint")
-    naive_curve = whatif.saving_curve(POINT, CPU, speeds=[100, 1000], baseline="naive")
+    sprint_curve = whatif.saving_by_speed(POINT, CPU, speeds=[100, 1000], baseline="sprint")
+    naive_curve = whatif.saving_by_speed(POINT, CPU, speeds=[100, 1000], baseline="naive")
     assert (sprint_curve["saving"] < naive_curve["saving"]).all()
     with pytest.raises(ValueError, match="against one of"):
         whatif.saving_column("websocket")

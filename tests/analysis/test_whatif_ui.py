@@ -61,7 +61,7 @@ def test_the_breakdown_names_the_stages_of_the_plan() -> None:
 
 
 def test_the_saving_curve_rises_with_speed_and_crosses_a_threshold_once() -> None:
-    curve = whatif.saving_curve(whatif.PRESETS["fast coding model (1,000 tokens/s)"], CPU)
+    curve = whatif.saving_by_speed(whatif.PRESETS["fast coding model (1,000 tokens/s)"], CPU)
     assert curve["saving"].is_monotonic_increasing
     speed = whatif.speed_where_saving_falls_below(curve, 0.15)
     assert speed is not None and curve["decode_tps"].min() < speed < curve["decode_tps"].max()

@@ -26,11 +26,12 @@ from openai.types.responses import (
 )
 from openai.types.responses.responses_server_event import ResponseCompactionWsCompacting, ResponseWsFailed
 
+from labkit.api.stages import Stage
 from labkit.client.launcher import LabkitServer
 from labkit.client.steering import STRATEGIES, correction_latency, summary
+from labkit.connection_cache import ConnectionCache
 from labkit.limits import MAX_PENDING_STEERS
 from labkit.server.app import ServerConfig, create_app
-from labkit.server.wscore.connection_cache import ConnectionCache
 from tests.helpers import API_KEY, READ_FILE_TOOL, auth_headers, served_in_thread, server_spans
 
 pytestmark = pytest.mark.slow  # servers of its own
@@ -209,14 +210,14 @@ def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Cou
         )
         with served_in_thread(app) as url:
             pipeline = app.state.pipeline  # built as the server started
-            output_safety = pipeline.output_safety
+            output_safety = pipeline.stages[Stage.OUTPUT_SAFETY]
 
-            async def failing_output_safety(turn: Any, items: Any) -> None:
-                if turn.req.metadata and turn.req.metadata.get("fail") == "output_safety":
+            async def failing_output_safety(run: Any) -> None:
+                if run.req.metadata and run.req.metadata.get("fail") == "output_safety":
                     raise RuntimeError("the classifier service is down")
-                await output_safety(turn, items)
+                await output_safety(run)
 
-            pipeline.output_safety = failing_output_safety
+            pipeline.stages[Stage.OUTPUT_SAFETY] = failing_output_safety
             yield f"{url}v1", asked
 
 

@@ -105,7 +105,7 @@ def test_in_a_room_every_client_sends_the_learners_key(
     monkeypatch.setenv(room.SDK_URL_ENV, "http://127.0.0.1:9/v1")  # LABKIT_URL wins, without a word
     joined = lab.server(args=["--profile", "local"])
     out = capsys.readouterr().out
-    assert isinstance(joined, lab.RoomServer) and joined.shared
+    assert isinstance(joined, room.RoomServer) and joined.shared
     assert joined.base_url == room_server.base_url and joined.api_key == KEYS[0]
     assert f"using the room's server at {_root(room_server)} as Ada" in out
     assert "not applied here: --profile local" in out and "OPENAI" not in out

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.analysis.exercises.common import Verdict
 from labkit.analysis.precision import percent, with_noise
+from labkit.connection_cache import ConnectionCache
+from labkit.connection_cache import response_id as response_id  # the learner reads an entry's id with it
 
 if TYPE_CHECKING:
     from labkit.analysis.paired import Saving
@@ -48,36 +50,10 @@ BROKEN = [{"type": "function_call_output", "call_id": "call_nobody_made", "outpu
 NEXT = [{"role": "user", "content": "Go on."}]
 
 
-def response_id(entry: Any) -> str:
-    """The id of the response an entry (what ``keep`` was given) ends with.
-
-    >>> class Entry: response = {"id": "resp_7"}
-    >>> response_id(Entry())
-    'resp_7'
-    """
-    return str(entry.response["id"])
-
-
-class ReferenceCache:
-    """labkit's connection cache, as a learner would write it: each lane's latest entry, found
-    by response id from any lane; a failure evicts only what it continued on its own lane."""
-
-    def __init__(self) -> None:
-        self.latest: dict[str | None, Any] = {}  # lane (stream_id, None: the default) -> entry
-
-    def serve(self, previous_response_id: str) -> Any | None:
-        for entry in self.latest.values():
-            if response_id(entry) == previous_response_id:
-                return entry
-        return None
-
-    def keep(self, lane: str | None, entry: Any) -> None:
-        self.latest[lane] = entry
-
-    def failed(self, lane: str | None, previous_response_id: str) -> None:
-        entry = self.latest.get(lane)
-        if entry is not None and response_id(entry) == previous_response_id:
-            del self.latest[lane]
+class ReferenceCache(ConnectionCache):
+    """labkit's connection cache, the one the server's WebSocket core asks, under the exercise's
+    name: each lane's latest entry, found by response id from any lane; a failure evicts only what
+    it continued on its own lane."""
 
 
 def cache_probe(cache_class: type) -> None:

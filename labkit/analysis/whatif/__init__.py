@@ -45,7 +45,7 @@ from labkit.analysis.whatif.predictions import (
     predict,
     predicted_rollouts,
     prediction_table,
-    saving_curve,
+    saving_by_speed,
     speed_where_saving_falls_below,
 )
 from labkit.analysis.whatif.settings import (
@@ -86,7 +86,7 @@ __all__ = [
     "prediction_table",
     "reconnect_turns",
     "run_frame",
+    "saving_by_speed",
     "saving_column",
-    "saving_curve",
     "speed_where_saving_falls_below",
 ]

@@ -41,13 +41,3 @@ def mechanism_bars(table: pd.DataFrame, baseline: str) -> go.Figure:
         margin={"l": 60, "r": 20, "t": 80, "b": 90},
         height=420,
     )
-
-
-def saving_curve(curve: pd.DataFrame, current_tps: float, current_saving: float, baseline: str) -> go.Figure:
-    """``plots.saving_curve`` against the chosen baseline, under a title that names no outcome."""
-    fig = plots.saving_curve(curve, current_tps, current_saving)
-    fig.update_layout(
-        title_text=f"WebSocket mode's saving against {baseline}, across decode speeds",
-        yaxis_title=f"saved vs {baseline}",
-    )
-    return fig

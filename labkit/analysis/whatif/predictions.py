@@ -81,7 +81,7 @@ def breakdown(settings: Settings, design: str, cpu: CpuCosts) -> pd.DataFrame:
     return table[["stage", "bucket", "seconds"]]
 
 
-def saving_curve(
+def saving_by_speed(
     settings: Settings,
     cpu: CpuCosts,
     speeds: Sequence[float] | None = None,

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from labkit.connection_cache import ConnectionCache, Lane, response_id
 from labkit.deadline import alarm, interrupts_here
 from labkit.limits import LEARNER_CALL_DEADLINE_S
-from labkit.server.wscore.connection_cache import ConnectionCache, Lane, response_id
 from labkit.server.wscore.conversation import Conversation
 
 Entry = TypeVar("Entry")

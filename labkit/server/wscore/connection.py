@@ -31,7 +31,7 @@ The rules (docs/protocol.md §3):
   rollout takes it) counts toward ``max_queued_bytes`` of the connection and toward its key's
   bound; a frame past either is refused like one past a count (``websocket_queue_full``, or
   ``response.steer.failed`` ``too_many_pending_steers``), and nothing else changes.
-- **The connection cache** (``labkit.server.wscore.connection_cache``): forks across lanes, and what
+- **The connection cache** (``labkit.connection_cache``): forks across lanes, and what
   a failure evicts. With ``labkit serve --connection-cache``, a learner's class answers the same
   three questions, behind a guard (``labkit.server.ws.learner_cache``).
 - **Steering** (``labkit.api.steering``): a ``response.steer`` is checked, given an id and
@@ -65,6 +65,7 @@ from labkit.api.event_types import RESPONSE_APPEND, RESPONSE_CREATE, RESPONSE_IN
 from labkit.api.ids import new_id
 from labkit.api.items import Item
 from labkit.api.requests import parse_item
+from labkit.connection_cache import Cache, ConnectionCache, Lane
 from labkit.designs import Design
 from labkit.limits import (
     ECHO_SHARE_OF_UNREAD,
@@ -75,7 +76,6 @@ from labkit.limits import (
     MAX_QUEUED_CREATES,
     MAX_UNREAD_BYTES,
 )
-from labkit.server.wscore.connection_cache import Cache, ConnectionCache, Lane
 from labkit.server.wscore.connection_jobs import (
     Action,
     Append,

@@ -13,7 +13,7 @@ from typing import Any
 
 from labkit.api import steering
 from labkit.api.items import Item
-from labkit.server.wscore.connection_cache import Lane
+from labkit.connection_cache import Lane
 from labkit.server.wscore.conversation import Conversation
 
 # ---------------------------------------------------------------- what the connection holds

@@ -94,7 +94,10 @@ def flood(ws: ClientConnection, ids: list[str]) -> list[dict[str, Any]]:
 
 
 def test_one_connections_injects_are_held_within_its_bound() -> None:
-    with LabkitServer(args=["--profile", "local"]) as server, ws_connect(server, **BETA) as ws:
+    with (
+        LabkitServer(args=["--profile", "local"]) as server,
+        ws_connect(server, max_queue=None, **BETA) as ws,  # the rollouts' deltas, read while it floods
+    ):
         ids = rollouts(ws, LANES)
         pid = server.processes()[0]
         refusals = flood(ws, ids)

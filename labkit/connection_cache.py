@@ -1,6 +1,10 @@
 """The connection cache: the responses one WebSocket connection keeps in memory, and the one
 answer a create gets from it.
 
+It does no I/O and imports nothing of labkit's, so it sits on the bottom floor: the server's
+WebSocket core asks it (``labkit.server.wscore.connection``), and notebook 03's exercise, which
+asks a learner to write it, runs it as labkit's reference (``labkit.analysis.exercises.cache``).
+
 Each lane (``stream_id``, or the default lane) keeps its most recent finished response as a
 ``Conversation`` (``labkit.server.wscore.conversation``): the Response, the whole conversation's items, the
 rendered tokens, the model and the replica. So a connection holds at most one response per

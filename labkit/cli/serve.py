@@ -185,7 +185,7 @@ def serve(args: argparse.Namespace) -> None:
     from labkit.server.edge.descriptors import raise_open_files_limit
     from labkit.server.edge.network import MAX_HEADER_BYTES, TrackedHTTP
     from labkit.server.edge.shutdown import Server
-    from labkit.server.ws.ws_protocol import BoundedWebSocket
+    from labkit.server.ws.protocol import BoundedWebSocket
 
     config = server_config(args)
     check_db(config.db)

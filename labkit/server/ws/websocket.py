@@ -5,7 +5,7 @@ reads frames and hands them over, carries out what it answers (send this event, 
 response, hand this append over), runs each response through the pipeline in a task of its
 own, and reports back when a response is created and when it ends. Around that it owns what
 only a running connection has: the socket and its writer (which cuts a client that reads too
-slowly, ``labkit.server.ws.ws_writer``), the connection's lifetime, the replica it is pinned to,
+slowly, ``labkit.server.ws.writer``), the connection's lifetime, the replica it is pinned to,
 the per-key cap of requests in flight, and the upgrade.
 
 With the ``appended`` design, one ``response.create`` starts a whole rollout as one response
@@ -43,7 +43,7 @@ from labkit.server.stages.responder import StreamFailed, cut, prepare, respond
 from labkit.server.stages.turn import ResponseRun
 from labkit.server.stores.traces import Span, Trace
 from labkit.server.ws.learner_cache import GuardedCache
-from labkit.server.ws.ws_writer import ConnectionWriter, close
+from labkit.server.ws.writer import ConnectionWriter, close
 from labkit.server.wscore.connection import Connection
 from labkit.server.wscore.connection_jobs import (
     Action,

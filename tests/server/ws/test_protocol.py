@@ -1,5 +1,5 @@
 """A WebSocket client's frames cost the server memory only within the connection's documented
-bound, control frames and fragments included (``labkit.server.ws.ws_protocol``).
+bound, control frames and fragments included (``labkit.server.ws.protocol``).
 
 A real ``labkit serve`` on loopback and a raw client socket with a small receive buffer that
 completes the handshake, then sends what the old server let grow without bound: pings whose
@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from labkit.client.launcher import LabkitServer
-from labkit.server.ws.ws_protocol import BoundedWebSocket, ws_protocol
+from labkit.server.ws.protocol import BoundedWebSocket, ws_protocol
 
 RCVBUF = 4096  # the client's receive buffer: the kernel holds next to nothing for it
 PING = 125  # bytes of a ping's payload, the most a control frame carries

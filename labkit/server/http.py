@@ -58,7 +58,7 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
     vanished into one too). A streamed answer needs no such watch: Starlette's
     ``StreamingResponse`` cancels its body on the disconnect itself.
 
-        await unless_gone(request, respond(pipeline, turn, emit=_discard))
+        await unless_gone(request, respond(pipeline, run, emit=_discard))
     """
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_disconnected(request))
@@ -121,7 +121,7 @@ def address_of(request: Request) -> tuple[str, int] | None:
     return (request.client.host, request.client.port) if request.client else None
 
 
-async def open_turn(request: Request) -> tuple[Pipeline, ResponseRun]:
+async def open_run(request: Request) -> tuple[Pipeline, ResponseRun]:
     """What every request that runs the model opens with (a create, a compaction): the design
     it asks for, its connection (new, or kept alive), the uplink and the key check."""
     pipeline = pipeline_of(request)
@@ -138,29 +138,29 @@ async def open_turn(request: Request) -> tuple[Pipeline, ResponseRun]:
 
 async def create_response(request: Request) -> Response:
     """``POST /v1/responses``: the pipeline up to inference, then JSON or an SSE stream."""
-    pipeline, turn = await open_turn(request)
+    pipeline, run = await open_run(request)
     body = await read_json(request)
     try:
-        await unless_gone(request, prepare(pipeline, turn, body))
+        await unless_gone(request, prepare(pipeline, run, body))
     except ClientGone:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    assert turn.req is not None
-    if turn.req.stream:
+    assert run.req is not None
+    if run.req.stream:
         limit = config_of(request.app).limits.max_unread_bytes
         return StreamingResponse(
-            sse_stream(pipeline, turn, limit, address_of(request)),
+            sse_stream(pipeline, run, limit, address_of(request)),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
     try:
-        await unless_gone(request, respond(pipeline, turn, emit=_discard))
+        await unless_gone(request, respond(pipeline, run, emit=_discard))
     except ClientGone:  # nobody reads the answer: the response was cancelled, its slot freed
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     except StreamFailed as failed:  # the response's own error is the answer
         raise failed.error from None
     except Exception as exc:  # a failure inside the response: a 500 in the API's shape, as over SSE
         raise as_api_error(exc) from None
-    return JSONResponse(turn.response)
+    return JSONResponse(run.response)
 
 
 async def _discard(event: Event) -> None:
@@ -169,24 +169,24 @@ async def _discard(event: Event) -> None:
 
 async def sse_stream(
     pipeline: Pipeline,
-    turn: ResponseRun,
+    run: ResponseRun,
     limit: int = limits.MAX_UNREAD_BYTES,
     client: tuple[str, int] | None = None,
 ) -> AsyncIterator[bytes]:
-    """Run the turn in a task and frame its events as they come; a disconnect cancels it.
+    """Run the response in a task and frame its events as they come; a disconnect cancels it.
 
-    The turn never waits for the client: its frames go into an ``Outbox`` that this body
-    drains. A client that leaves more than ``limit`` bytes unread has the turn cut (failed,
+    The response never waits for the client: its frames go into an ``Outbox`` that this body
+    drains. A client that leaves more than ``limit`` bytes unread has the response cut (failed,
     its reason in the trace) and the stream ends with a ``client_too_slow`` error; if the client
     has not taken everything sent within ``LAST_FRAME_GRACE_S``, its connection is dropped.
 
     A failure after ``response.created`` ends the stream with ``response.failed`` (``respond``
     sends it), one before it (or an event that cannot be framed, in its place) with an error
-    event numbered after the last event the turn produced (queued, not only sent), so the body
+    event numbered after the last event the response produced (queued, not only sent), so the body
     is never cut short without a last, well-formed frame. A cut ends it with ``response.failed``
     too: the Response, failed with ``client_too_slow``.
     """
-    produced = -1  # the sequence number of the last event the turn emitted
+    produced = -1  # the sequence number of the last event the response emitted
 
     def overflowed(slow: SlowReader) -> None:
         transport = transport_of(client)  # now: once closed, its address may be another's
@@ -199,11 +199,11 @@ async def sse_stream(
         outbox.put(frame(event))  # a ValueError (not JSON: NaN) if it cannot be framed
         produced = event["sequence_number"]
 
-    async def run() -> None:
+    async def stream() -> None:
         try:
-            await respond(pipeline, turn, emit)
+            await respond(pipeline, run, emit)
         except SlowReader as slow:
-            cut(pipeline, turn, slow.reason)
+            cut(pipeline, run, slow.reason)
         except StreamFailed:
             pass  # its response.failed is the last frame
         except Exception as exc:
@@ -212,16 +212,16 @@ async def sse_stream(
         finally:
             outbox.end()
 
-    task = asyncio.create_task(run())
+    task = asyncio.create_task(stream())
     try:
         try:
             async for data in outbox:
                 yield data
         except SlowReader as slow:
-            if turn.response.get("status") != "failed":  # ``cut`` marks it, in the turn's task
+            if run.response.get("status") != "failed":  # ``cut`` marks it, in the response's task
                 message = f"The client read too slowly: {slow.reason}. The response was cut."
-                turn.response.update(status="failed", error={"code": CLIENT_TOO_SLOW, "message": message})
-            yield frame(failed_event(turn.response, produced + 1))
+                run.response.update(status="failed", error={"code": CLIENT_TOO_SLOW, "message": message})
+            yield frame(failed_event(run.response, produced + 1))
     finally:
         if not task.done():
             task.cancel()
@@ -308,9 +308,9 @@ async def health(request: Request) -> Response:
 
 async def compact_endpoint(request: Request) -> Response:
     """``POST /v1/responses/compact``: the compact resource as JSON (no streaming)."""
-    pipeline, turn = await open_turn(request)
+    pipeline, run = await open_run(request)
     body = await read_json(request)
     try:
-        return JSONResponse(await unless_gone(request, compact(pipeline, turn, body)))
+        return JSONResponse(await unless_gone(request, compact(pipeline, run, body)))
     except ClientGone:
         return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -60,9 +60,17 @@ def test_08_says_once_that_its_fitted_numbers_are_labkits_reading_not_openais() 
     assert sum(cell.count("OpenAI published") for cell in cells) == 1
 
 
-def test_08_refers_the_runs_noise_back_to_where_it_is_taught() -> None:
+def test_the_noise_is_taught_once_in_01_and_referred_back_to_after() -> None:
+    taught = [
+        n
+        for n in ("01", "02", "03", "04", "05", "06", "08", "09", "10")
+        if any("### Reading the noise" in cell for cell in markdown_cells(n))
+    ]
+    assert taught == ["01"]
+    for number in ("02", "03", "04", "08"):
+        assert any("*Reading the noise*" in cell for cell in markdown_cells(number)), number
     mentions = [cell for cell in markdown_cells("08") if "standard error" in cell]
-    assert len(mentions) == 1 and "notebook 02" in mentions[0]
+    assert len(mentions) == 1 and "01's *Reading the noise*" in mentions[0]
 
 
 def test_08_keeps_its_sentences_short() -> None:

@@ -1,7 +1,8 @@
 """The pipeline: a response's stages, in the order it meets them (``pipeline`` lists them: the
-network and the door, before inference, inference, after inference), the turn that carries one
-response through them (``turn``), and the paths that run them: one response (``responder``), an
-appended rollout (``appended``), a compaction (``compaction_pass``).
+network and the door, before inference, inference, after inference), the run that carries one
+response through them (``turn``: ``ResponseRun``), the one runner that walks them as the design's
+plan has them (``runner``), and the paths that call it: one response (``responder``), an appended
+rollout (``appended``), a compaction (``compaction_pass``).
 
 It may import the ``edge`` (API keys, the connections' tracker), the ``stores`` and the WebSocket
 core's plain data; never the transports (``http``, ``ws``), their ``config`` or ``app``.

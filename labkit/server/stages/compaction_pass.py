@@ -45,6 +45,7 @@ from labkit.engine.render import TokenBuffer, content_text, encode_block, item_b
 from labkit.server.stages.pipeline import Emit, Pipeline
 from labkit.server.stages.post_inference import charge
 from labkit.server.stages.render_cache import append_rendered
+from labkit.server.stages.runner import run_stages
 from labkit.server.stages.sampling import settle
 from labkit.server.stages.turn import ResponseRun
 from labkit.text.tokenizer import decode, encode_text
@@ -56,38 +57,42 @@ EXCERPT_MIN, EXCERPT_MAX = 8, 96
 LAST_LINES = ("Last assistant message: ", "Last tool result: ")
 
 
-async def compact(pipeline: Pipeline, turn: ResponseRun, body: Any) -> dict[str, Any]:
+# The stages before inference a compaction pass runs (as the plan has them): the window read, then
+# rendered and routed. No classifier reads it, and it takes no intermediary hop.
+WINDOW, PROMPT = {Stage.VALIDATION, Stage.HYDRATION}, {Stage.RENDER, Stage.ROUTING}
+
+
+async def compact(pipeline: Pipeline, run: ResponseRun, body: Any) -> dict[str, Any]:
     """The compaction pass through the pipeline's stages: validation, hydration (the window),
     render, routing, then queue, prefill and the summary's decode; returns the compact resource."""
-    pipeline.validate(turn, body, accept_compaction)
-    await pipeline.hydrate(turn)
-    window = turn.items
+    run.body, run.accept = body, accept_compaction
+    await run_stages(pipeline, run, WINDOW)
+    window = run.items
     if not window:
         raise invalid_request("There is nothing to compact: 'input' is empty.", param="input")
-    await pipeline.render(turn)  # a large window is tokenized off the loop
-    await pipeline.route(turn)
-    assert turn.model is not None and turn.req is not None
+    await run_stages(pipeline, run, PROMPT)  # a large window is tokenized off the loop
+    assert run.model is not None and run.req is not None
     kept, payload = summarize(window)
-    turn.response = {"id": new_id("resp"), "object": OBJECT, "model": turn.model.name, "output": []}
-    async with pipeline.queue(turn):
-        await pipeline.prefill(turn)
+    run.response = {"id": new_id("resp"), "object": OBJECT, "model": run.model.name, "output": []}
+    async with pipeline.queue(run):
+        await pipeline.prefill(run)
         # The summary is written at the model's speed, as a message the pass keeps: nothing streams.
-        await pipeline.decode(turn, ResponseEvents(turn.response), [Say(payload.summary)], _kept_back)
-    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": seal(payload, turn.owner)}
-    pipeline.billing.charge_later(charge(turn, "completed"))
-    pipeline.traces.put(turn.owner, turn.response["id"], turn.trace)
-    echo = new_response(turn.response["id"], turn.req, turn.model.name)
+        await pipeline.decode(run, ResponseEvents(run.response), [Say(payload.summary)], _kept_back)
+    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": seal(payload, run.owner)}
+    pipeline.billing.charge_later(charge(run, "completed"))
+    pipeline.traces.put(run.owner, run.response["id"], run.trace)
+    echo = new_response(run.response["id"], run.req, run.model.name)
     return {
-        "id": turn.response["id"],
+        "id": run.response["id"],
         "object": OBJECT,
         "created_at": int(time.time()),
         "output": [*kept, item],
-        "usage": usage(turn.prompt_tokens, turn.cached_tokens, turn.produced),
+        "usage": usage(run.prompt_tokens, run.cached_tokens, run.produced),
         **{key: echo[key] for key in ECHOED},
     }
 
 
-async def compact_first(pipeline: Pipeline, turn: ResponseRun, events: ResponseEvents, send: Emit) -> None:
+async def compact_first(pipeline: Pipeline, run: ResponseRun, events: ResponseEvents, send: Emit) -> None:
     """``context_management``: a response whose rendered input is past its ``compact_threshold``
     compacts it first, as ``POST /v1/responses/compact`` would, inside the response.
 
@@ -97,10 +102,10 @@ async def compact_first(pipeline: Pipeline, turn: ResponseRun, events: ResponseE
     anew, it is the prompt the response goes on with (its own prefill), and what a follow-up
     continues. ``usage`` counts both prompts and the summary's tokens.
     """
-    assert turn.req is not None
-    kept, payload = summarize(turn.items)
-    async with pipeline.queue(turn):
-        await pipeline.prefill(turn)
+    assert run.req is not None
+    kept, payload = summarize(run.items)
+    async with pipeline.queue(run):
+        await pipeline.prefill(run)
         await send(events.begin_compaction(new_id("cmp")))
 
         async def compacting(event: Event) -> None:
@@ -108,26 +113,26 @@ async def compact_first(pipeline: Pipeline, turn: ResponseRun, events: ResponseE
                 await send(events.compacting())
 
         scratch = ResponseEvents({"output": []})  # the summary is not a message of the response
-        await pipeline.decode(turn, scratch, [Say(payload.summary)], compacting)
-    await send(events.end_compaction(seal(payload, turn.owner)))
-    with turn.trace.stage(Stage.RENDER) as span:  # the compacted window, rendered anew
-        buffer = TokenBuffer.start(turn.req.instructions, turn.req.tools)
+        await pipeline.decode(run, scratch, [Say(payload.summary)], compacting)
+    await send(events.end_compaction(seal(payload, run.owner)))
+    with run.trace.stage(Stage.RENDER) as span:  # the compacted window, rendered anew
+        buffer = TokenBuffer.start(run.req.instructions, run.req.tools)
         await append_rendered(buffer, kept, span)
         span.items, span.tokens = len(kept), buffer.encoded
         span.detail["cache"], span.detail["compacted"] = Source.NONE, True
-    turn.compacted, turn.appended, turn.settled = kept, [], 0
-    turn.buffer, turn.hasher = buffer, None
-    settle(turn)  # the compaction item, from the summary's sampled ids
+    run.compacted, run.appended, run.settled = kept, [], 0
+    run.buffer, run.hasher = buffer, None
+    settle(run)  # the compaction item, from the summary's sampled ids
     span.detail["prompt_tokens"] = len(buffer)
 
 
-def accept_compaction(turn: ResponseRun, body: Any) -> list[Item]:
-    """A compact body, onto the turn as the create the pass amounts to: the window as input,
+def accept_compaction(run: ResponseRun, body: Any) -> list[Item]:
+    """A compact body, onto the run as the create the pass amounts to: the window as input,
     no tools, nothing stored.
 
     >>> from labkit.designs import SPRINT
-    >>> turn = ResponseRun(design=SPRINT, owner="key_a")
-    >>> len(accept_compaction(turn, {"model": "labkit-spark", "input": "Hi"})), turn.req.tools
+    >>> run = ResponseRun(design=SPRINT, owner="key_a")
+    >>> len(accept_compaction(run, {"model": "labkit-spark", "input": "Hi"})), run.req.tools
     (1, [])
     """
     req = parse_compact(body)
@@ -140,7 +145,7 @@ def accept_compaction(turn: ResponseRun, body: Any) -> list[Item]:
         service_tier=req.service_tier,
         store=False,
     )
-    turn.req = CreateRequest(create, req.items, tools=[])
+    run.req = CreateRequest(create, req.items, tools=[])
     return req.items
 
 

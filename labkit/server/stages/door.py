@@ -81,7 +81,7 @@ class Downlink:
     def __init__(self, network: Network) -> None:
         self.network = network
 
-    async def __call__(self, turn: ResponseRun) -> None:
-        if turn.depart():
-            with turn.trace.stage(Stage.DOWNLINK):
+    async def __call__(self, run: ResponseRun) -> None:
+        if run.depart():
+            with run.trace.stage(Stage.DOWNLINK):
                 await timing.sleep(self.network.one_way_s())

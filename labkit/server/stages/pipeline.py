@@ -1,10 +1,15 @@
 """The API service's pipeline: its stages, listed in the order a response meets them.
 
-Each stage is a plain object (or, where it needs nothing but the turn, a function), built here
+Each stage is a plain object (or, where it needs nothing but the run, a function), built here
 with what it needs: an entry of the latency profile, and the resources it reads or writes.
-``Pipeline`` holds the stages and those resources; the paths run them in their own order: a
-response in ``labkit.server.stages.responder`` (and ``labkit.server.stages.appended`` for an appended
-rollout's later segments), a compaction pass in ``labkit.server.stages.compaction_pass``.
+``Pipeline`` holds the stages and those resources. The stages a response walks from validation on
+have one shape, a call with the response's run (``labkit.server.stages.runner.StageCall``), and
+are listed by name in ``Pipeline.stages``: the runner (``labkit.server.stages.runner``) runs those
+the design's plan names, in its order, for a response (``labkit.server.stages.responder``), an
+appended rollout's later segments (``labkit.server.stages.appended``) and a compaction pass
+(``labkit.server.stages.compaction_pass``). Two kinds are called by name instead: the door, which
+comes before a response's run exists (over WebSocket, once per connection), and inference, whose
+slot is held around prefill and decode (``labkit.server.stages.responder.infer``).
 
 The stages live with their kind: the network and the door (``labkit.server.stages.door``), before
 inference (``labkit.server.stages.pre_inference``), inference (``labkit.server.stages.sampling``), after
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labkit.api.stages import Stage
 from labkit.engine.catalogue import Catalogue
 from labkit.engine.policies import GenericPolicy, Policy
 from labkit.profiles import Profile
@@ -26,6 +32,7 @@ from labkit.server.stages.post_inference import Bill, OutputSafety, Retain, Stor
 from labkit.server.stages.pre_inference import Hydration, InputSafety, Intermediary, Render, Routing, validate
 from labkit.server.stages.render_cache import Renderings
 from labkit.server.stages.routing import Router
+from labkit.server.stages.runner import StageCall
 from labkit.server.stages.sampling import Emit, Queue, decode, prefill
 from labkit.server.stages.scripts import ScriptLibrary
 from labkit.server.stages.slots import EngineSlots, default_share
@@ -72,29 +79,33 @@ class Pipeline:
         self.traces = traces or TraceStore()
         self.feed = TraceFeed()  # subscribers to finished responses' traces
 
-        # The stages. The network and the door:
+        # The network and the door, before a response's run exists: called with the request's trace.
         self.connect = Connect(profile.network, self.connections)
         self.upgrade = Upgrade(profile.network)
         self.uplink = Uplink(profile.network)
         self.authenticate = Authenticate(profile.auth, self.keys)
-        # Before inference:
-        self.validate = validate
-        self.hydrate = Hydration(store)
-        self.input_safety = InputSafety(profile.safety)
-        self.render = Render(self.renderings)
-        self.route = Routing(profile.routing, self.router)
-        self.intermediary = Intermediary(profile.intermediary)
+        # The stages a runner walks, by name: each called with the response's run alone.
+        self.stages: dict[Stage, StageCall] = {
+            # Before inference:
+            Stage.VALIDATION: validate,
+            Stage.HYDRATION: Hydration(store),
+            Stage.INPUT_SAFETY: InputSafety(profile.safety),
+            Stage.RENDER: Render(self.renderings),
+            Stage.ROUTING: Routing(profile.routing, self.router),
+            Stage.INTERMEDIARY: Intermediary(profile.intermediary),
+            # After inference:
+            Stage.OUTPUT_SAFETY: OutputSafety(profile.safety),
+            Stage.RETAIN: Retain(self.renderings),
+            Stage.STORAGE: Storage(store),
+            Stage.BILLING: Bill(self.billing),
+        }
         # The way back, paid before a segment's first event (response.created, before inference):
         self.downlink = Downlink(profile.network)
-        # Inference:
+        # Inference: the slot is held around prefill and decode (a context manager), and decode
+        # streams the segment's events.
         self.queue = Queue(self.slots)
         self.prefill = prefill
         self.decode = decode
-        # After inference:
-        self.output_safety = OutputSafety(profile.safety)
-        self.retain = Retain(self.renderings)
-        self.storage = Storage(store)
-        self.bill = Bill(self.billing)
 
     @property
     def catalogue(self) -> Catalogue:

@@ -6,14 +6,15 @@
     billing       one ledger row, blocking or overlapped with the next request
 
 Each is an object built with the profile entry and the resources it uses, then called with the
-turn; ``labkit.server.stages.pipeline.Pipeline`` builds them. ``charge`` is the turn's ledger row, for
-the billing stage, for a compaction pass, and for a response that ended early
+response's run alone (``labkit.server.stages.runner.StageCall``);
+``labkit.server.stages.pipeline.Pipeline`` builds them, and the runner
+(``labkit.server.stages.runner``) says which run. ``charge`` is the run's ledger row, for the
+billing stage, for a compaction pass, and for a response that ended early
 (``bill_if_abandoned``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from labkit import profiles
@@ -44,13 +45,14 @@ class OutputSafety:
     def __init__(self, safety: profiles.Safety) -> None:
         self.safety = safety
 
-    async def __call__(self, turn: ResponseRun, items: Sequence[dict[str, Any]]) -> None:
-        with turn.trace.stage(Stage.OUTPUT_SAFETY) as span:
+    async def __call__(self, run: ResponseRun) -> None:
+        items = run.response["output"]
+        with run.trace.stage(Stage.OUTPUT_SAFETY) as span:
             texts = [output_text(i) for i in items]
-            sampled = sum(map(len, turn.output_ids))
+            sampled = sum(map(len, run.output_ids))
             result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts, tokens=sampled)
             span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
-            await timing.sleep(self.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+            await timing.sleep(self.safety.cost_s(result.tokens, fast=run.design.fast_classifiers))
 
 
 class Retain:
@@ -64,15 +66,15 @@ class Retain:
     def __init__(self, renderings: Renderings) -> None:
         self.renderings = renderings
 
-    def __call__(self, turn: ResponseRun) -> None:
-        buffer = turn.buffer
-        assert buffer is not None and turn.replica is not None
-        with turn.trace.stage(Stage.RETAIN) as span:
+    async def __call__(self, run: ResponseRun) -> None:
+        buffer = run.buffer
+        assert buffer is not None and run.replica is not None
+        with run.trace.stage(Stage.RETAIN) as span:
             copied = buffer.copied
-            span.tokens = settle(turn)
+            span.tokens = settle(run)
             work = CacheWork()
-            buffer.add_block_hashes(turn.replica.retain(buffer.ids, buffer.block_hashes, work))
-            hashed = self.renderings.keep(turn)
+            buffer.add_block_hashes(run.replica.retain(buffer.ids, buffer.block_hashes, work))
+            hashed = self.renderings.keep(run)
             span.detail.update(
                 hashed_blocks=work.hashed_blocks,
                 touched_blocks=work.touched_blocks,
@@ -82,63 +84,61 @@ class Retain:
 
 
 class Storage:
-    """The response and its items into the store, where the request asked for it (``store``)."""
+    """The response and its items into the store (run where the request asked for it: ``store``)."""
 
     def __init__(self, store: ResponseStore) -> None:
         self.store = store
 
-    async def __call__(self, turn: ResponseRun) -> None:
-        req = turn.req
+    async def __call__(self, run: ResponseRun) -> None:
+        req = run.req
         assert req is not None
-        if not req.store:
-            return
-        with turn.trace.stage(Stage.STORAGE) as span:
-            output = turn.response["output"]
+        with run.trace.stage(Stage.STORAGE) as span:
+            output = run.response["output"]
             # An appended rollout's tool results are inputs too (stored after the first input).
-            inputs = turn.new_items + [i for i in turn.appended if i not in output]
+            inputs = run.new_items + [i for i in run.appended if i not in output]
             parent = req.previous_response_id
-            if turn.compacted is not None:
+            if run.compacted is not None:
                 # Compacted (context_management): the chain starts again from the compacted window.
-                inputs, parent = turn.compacted + [i for i in turn.appended if i not in output], None
-            elif parent and turn.from_connection_cache and not await self.store.has(turn.owner, parent):
+                inputs, parent = run.compacted + [i for i in run.appended if i not in output], None
+            elif parent and run.from_connection_cache and not await self.store.has(run.owner, parent):
                 # The history came from an unstored response: store it whole, so it is not lost.
-                inputs, parent = turn.history + inputs, None
-            await self.store.save(turn.owner, turn.response, inputs, output, parent=parent)
+                inputs, parent = run.history + inputs, None
+            await self.store.save(run.owner, run.response, inputs, output, parent=parent)
             span.items = len(inputs) + len(output)
 
 
-def charge(turn: ResponseRun, status: str) -> Charge:
-    """The turn's ledger row (marking it billed): its prompt, cached and sampled tokens."""
-    turn.billed = True
+def charge(run: ResponseRun, status: str) -> Charge:
+    """The run's ledger row (marking it billed): its prompt, cached and sampled tokens."""
+    run.billed = True
     return Charge(
-        turn.response["id"],
-        turn.owner,
-        turn.response["model"],
-        turn.prompt_tokens,
-        turn.cached_tokens,
-        turn.produced,
+        run.response["id"],
+        run.owner,
+        run.response["model"],
+        run.prompt_tokens,
+        run.cached_tokens,
+        run.produced,
         status,
     )
 
 
 class Bill:
-    """The billing stage: blocking billing waits for the service; overlapped billing only queues
-    the charge (the design's plan says which)."""
+    """The billing stage, for the response's final status: blocking billing waits for the service;
+    overlapped billing only queues the charge (the design's plan says which)."""
 
     def __init__(self, billing: Billing) -> None:
         self.billing = billing
 
-    async def __call__(self, turn: ResponseRun, status: str) -> None:
-        overlapped = turn.plan[Stage.BILLING].overlapped
-        with turn.trace.stage(Stage.BILLING, overlapped=overlapped):
-            row = charge(turn, status)
+    async def __call__(self, run: ResponseRun) -> None:
+        overlapped = run.plan[Stage.BILLING].overlapped
+        with run.trace.stage(Stage.BILLING, overlapped=overlapped):
+            row = charge(run, run.response["status"])
             if overlapped:
                 self.billing.charge_later(row)
             else:
                 await self.billing.charge(row)
 
 
-def bill_if_abandoned(turn: ResponseRun, billing: Billing) -> None:
+def bill_if_abandoned(run: ResponseRun, billing: Billing) -> None:
     """A response that ended early (an error, a disconnect) still pays for its prompt."""
-    if not turn.billed and turn.prompt_tokens:
-        billing.charge_later(charge(turn, "cancelled"))
+    if not run.billed and run.prompt_tokens:
+        billing.charge_later(charge(run, "cancelled"))

@@ -9,15 +9,15 @@
                   model's context window (``labkit.server.stages.context_window``)
     intermediary  the hop through an intermediary service, where the design keeps it
 
-Any of them may refuse the request with an ``APIError``, before any event is sent. A stage
-that needs nothing but the turn is a function (``validate``); the others are objects built with
-the profile entry and the resources they use, then called with the turn.
-``labkit.server.stages.pipeline.Pipeline`` builds them.
+Any of them may refuse the request with an ``APIError``, before any event is sent. Each is called
+with the response's run alone (``labkit.server.stages.runner.StageCall``): a stage that needs
+nothing else is a function (``validate``); the others are objects built with the profile entry and
+the resources they use. ``labkit.server.stages.pipeline.Pipeline`` builds them; whether one runs is
+the runner's question (``labkit.server.stages.runner``), never the stage's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from labkit import profiles
@@ -28,7 +28,7 @@ from labkit.api.items import Item
 from labkit.api.requests import check_new_items, parse_create, stored_form
 from labkit.api.responses import new_response
 from labkit.api.stages import Source, Stage
-from labkit.designs import Over, Runs
+from labkit.designs import Over
 from labkit.engine import timing
 from labkit.engine.catalogue import UnknownModel
 from labkit.engine.safety import classifier_texts, scan
@@ -42,28 +42,28 @@ from labkit.server.stages.turn import ResponseRun
 from labkit.server.stores.store import ResponseStore
 from labkit.server.stores.traces import TraceStore
 
-# Reads what a client sent onto the turn (raising ``APIError`` if it is not valid); returns its items.
-Accept = Callable[[ResponseRun, Any], Sequence[Item]]
 
-
-def accept_create(turn: ResponseRun, body: Any) -> list[Item]:
-    """A create's body: the turn's request.
+def accept_create(run: ResponseRun, body: Any) -> list[Item]:
+    """A create's body: the run's request.
 
     >>> from labkit.designs import SPRINT
-    >>> turn = ResponseRun(design=SPRINT, owner="key_a")
-    >>> len(accept_create(turn, {"model": "labkit-spark", "input": "Hi"})), turn.req.model
+    >>> run = ResponseRun(design=SPRINT, owner="key_a")
+    >>> len(accept_create(run, {"model": "labkit-spark", "input": "Hi"})), run.req.model
     (1, 'labkit-spark')
     """
-    turn.req = parse_create(body)
-    if turn.req.background:
+    run.req = parse_create(body)
+    if run.req.background:
         raise invalid_request("labkit does not run background responses.", param="background")
-    return turn.req.items
+    return run.req.items
 
 
-def validate(turn: ResponseRun, body: Any, accept: Accept = accept_create) -> None:
-    """Check what the client sent, all of it: ``accept`` reads it onto the turn."""
-    with turn.trace.stage(Stage.VALIDATION) as span:
-        span.items = len(accept(turn, body))
+async def validate(run: ResponseRun) -> None:
+    """Check what the client sent (``ResponseRun.body``), all of it, and take it: the run's
+    ``accept`` reads it onto the run (a create's body, unless the run says otherwise)."""
+    body, run.body = run.body, None
+    accept = run.accept or accept_create
+    with run.trace.stage(Stage.VALIDATION) as span:
+        span.items = len(accept(run, body))
 
 
 class Hydration:
@@ -72,29 +72,29 @@ class Hydration:
     def __init__(self, store: ResponseStore) -> None:
         self.store = store
 
-    async def __call__(self, turn: ResponseRun) -> None:
-        req = turn.req
+    async def __call__(self, run: ResponseRun) -> None:
+        req = run.req
         assert req is not None
-        with turn.trace.stage(Stage.HYDRATION) as span:
+        with run.trace.stage(Stage.HYDRATION) as span:
             prev = req.previous_response_id
             if prev is None:
-                turn.history, turn.source = [], Source.NONE
-            elif turn.parent is not None:  # the connection cache's answer (``ResponseRun.parent``)
-                turn.history, turn.source = turn.parent.items, Source.CONNECTION_CACHE
+                run.history, run.source = [], Source.NONE
+            elif run.parent is not None:  # the connection cache's answer (``ResponseRun.parent``)
+                run.history, run.source = run.parent.items, Source.CONNECTION_CACHE
             else:
-                items = await self.store.conversation(turn.owner, prev)
+                items = await self.store.conversation(run.owner, prev)
                 if items is None:
                     raise previous_response_not_found(prev)
-                turn.history, turn.source = items, Source.STORE
-            sent = await self.resolve_references(req.items, turn.owner)
+                run.history, run.source = items, Source.STORE
+            sent = await self.resolve_references(req.items, run.owner)
             # Needs the history: a tool output must answer a call in it (or in the new items).
-            check_new_items(turn.history, sent, turn.owner)
+            check_new_items(run.history, sent, run.owner)
             # A compaction item in the input stands for what it replaced before it (a stateless
             # client sends both): the model reads the compacted window.
-            turn.new_items = without_replaced(sent)
-            span.items, span.detail["source"] = len(turn.history), turn.source
-            if len(turn.new_items) < len(sent):
-                span.detail["replaced"] = len(sent) - len(turn.new_items)
+            run.new_items = without_replaced(sent)
+            span.items, span.detail["source"] = len(run.history), run.source
+            if len(run.new_items) < len(sent):
+                span.detail["replaced"] = len(sent) - len(run.new_items)
 
     async def resolve_references(self, items: list[Item], owner: str) -> list[Item]:
         resolved = []
@@ -114,26 +114,32 @@ class Hydration:
         return resolved
 
 
-def unseen_input(turn: ResponseRun) -> list[Item]:
-    """What the input classifier must read: per the plan, the whole history or only the new
-    items (when the connection cache vouches for the rest)."""
-    if turn.plan[Stage.INPUT_SAFETY].over is Over.NEW and turn.from_connection_cache:
-        return turn.new_items
-    return turn.items
+def unseen_input(run: ResponseRun) -> list[Item]:
+    """What the input classifier must read: on an appended rollout's later segment, what was
+    appended (new input is new to the classifier: the prototype stopped re-reading the history,
+    not this); otherwise, per the plan, the whole history or only the new items (when the
+    connection cache vouches for the rest)."""
+    if run.trace.segment > 0:
+        return run.appending
+    if run.plan[Stage.INPUT_SAFETY].over is Over.NEW and run.from_connection_cache:
+        return run.new_items
+    return run.items
 
 
 class InputSafety:
-    """Scan the items for real, then spend the modeled classifier time for what was scanned."""
+    """Scan the input it has not read (``unseen_input``) for real, then spend the modeled
+    classifier time for what was scanned."""
 
     def __init__(self, safety: profiles.Safety) -> None:
         self.safety = safety
 
-    async def __call__(self, turn: ResponseRun, items: Sequence[Item]) -> None:
-        with turn.trace.stage(Stage.INPUT_SAFETY) as span:
+    async def __call__(self, run: ResponseRun) -> None:
+        items = unseen_input(run)
+        with run.trace.stage(Stage.INPUT_SAFETY) as span:
             texts = classifier_texts(items)
             result = await off_loop_if_large(sum(map(len, texts)), span, scan, texts)
             span.items, span.tokens, span.detail["flags"] = len(items), result.tokens, result.flags
-            await timing.sleep(self.safety.cost_s(result.tokens, fast=turn.design.fast_classifiers))
+            await timing.sleep(self.safety.cost_s(result.tokens, fast=run.design.fast_classifiers))
 
 
 class Render:
@@ -144,26 +150,26 @@ class Render:
     def __init__(self, renderings: Renderings) -> None:
         self.renderings = renderings
 
-    async def __call__(self, turn: ResponseRun) -> None:
-        with turn.trace.stage(Stage.RENDER) as span:
-            if turn.buffer is None:
-                buffer, todo = await self.renderings.start(turn, span)
+    async def __call__(self, run: ResponseRun) -> None:
+        with run.trace.stage(Stage.RENDER) as span:
+            if run.buffer is None:
+                buffer, todo = await self.renderings.start(run, span)
                 encoded = copied = 0  # a new buffer (or a fork) counts its work from zero
             else:
-                buffer, encoded, copied = turn.buffer, turn.buffer.encoded, turn.buffer.copied
-                settle(turn)
+                buffer, encoded, copied = run.buffer, run.buffer.encoded, run.buffer.copied
+                settle(run)
                 # A waiting response keeps its sampled tokens' KV on the replica, as a paused
                 # sequence does: the next segment prefills only what was appended.
-                assert turn.replica is not None
-                buffer.add_block_hashes(turn.replica.retain(buffer.ids, buffer.block_hashes))
-                todo, span.detail["cache"] = turn.take_appending(), Source.RESPONSE
+                assert run.replica is not None
+                buffer.add_block_hashes(run.replica.retain(buffer.ids, buffer.block_hashes))
+                todo, span.detail["cache"] = run.take_appending(), Source.RESPONSE
             await append_rendered(buffer, todo, span)
-            turn.buffer = buffer
+            run.buffer = buffer
             span.items, span.tokens = len(todo), buffer.encoded - encoded
             span.detail["prompt_tokens"] = len(buffer)
             span.detail["copied_ids"] = buffer.copied - copied
-        if turn.model is not None:  # a later segment: the first was fitted at routing
-            await fit_window(turn)
+        if run.model is not None:  # a later segment: the first was fitted at routing
+            await fit_window(run)
 
 
 class Routing:
@@ -175,19 +181,19 @@ class Routing:
     def __init__(self, routing: profiles.Routing, router: Router) -> None:
         self.routing, self.router = routing, router
 
-    async def __call__(self, turn: ResponseRun) -> None:
-        await self.resolve(turn)
-        await fit_window(turn)
+    async def __call__(self, run: ResponseRun) -> None:
+        await self.resolve(run)
+        await fit_window(run)
 
-    async def resolve(self, turn: ResponseRun) -> None:
-        req = turn.req
+    async def resolve(self, run: ResponseRun) -> None:
+        req = run.req
         assert req is not None
-        with turn.trace.stage(Stage.ROUTING) as span:
-            cached = turn.parent
+        with run.trace.stage(Stage.ROUTING) as span:
+            cached = run.parent
             if cached is not None and cached.model.name == req.model:
-                turn.model, turn.replica, span.detail["reused"] = cached.model, cached.replica, True
+                run.model, run.replica, span.detail["reused"] = cached.model, cached.replica, True
                 return
-            model = self.router.cached_config(req.model) if turn.design.model_config_cache else None
+            model = self.router.cached_config(req.model) if run.design.model_config_cache else None
             span.detail["config_cache"] = model is not None
             if model is None:
                 await timing.sleep(self.routing.model_config_hop_ms / 1000)
@@ -195,28 +201,27 @@ class Routing:
                     model = self.router.fetch_config(req.model)
                 except UnknownModel as exc:
                     raise model_not_found(str(exc)) from None
-            turn.model = model
-            turn.replica = turn.pinned or self.router.pick(req.prompt_cache_key, turn.owner)
-            span.detail["replica"] = turn.replica.name
+            run.model = model
+            run.replica = run.pinned or self.router.pick(req.prompt_cache_key, run.owner)
+            span.detail["replica"] = run.replica.name
 
 
 class Intermediary:
-    """The hop through an intermediary service, where the design's plan keeps it."""
+    """The hop through an intermediary service (run where the design's plan keeps it)."""
 
     def __init__(self, intermediary: profiles.Intermediary) -> None:
         self.intermediary = intermediary
 
-    async def __call__(self, turn: ResponseRun) -> None:
-        if turn.plan[Stage.INTERMEDIARY].runs is not Runs.SKIPPED:
-            with turn.trace.stage(Stage.INTERMEDIARY) as span:
-                span.detail["hop_ms"] = self.intermediary.hop_ms  # the profile's, modelled
-                await timing.sleep(self.intermediary.hop_ms / 1000)
+    async def __call__(self, run: ResponseRun) -> None:
+        with run.trace.stage(Stage.INTERMEDIARY) as span:
+            span.detail["hop_ms"] = self.intermediary.hop_ms  # the profile's, modelled
+            await timing.sleep(self.intermediary.hop_ms / 1000)
 
 
-def open_response(turn: ResponseRun, scripts: ScriptLibrary, traces: TraceStore) -> None:
-    """The Response object this turn will stream, and the policy that decides its output."""
-    assert turn.req is not None and turn.model is not None
-    turn.policy = scripts.policy_for(turn.req.metadata)
-    turn.response = new_response(new_id("resp"), turn.req, turn.model.name)
+def open_response(run: ResponseRun, scripts: ScriptLibrary, traces: TraceStore) -> None:
+    """The Response object this run will stream, and the policy that decides its output."""
+    assert run.req is not None and run.model is not None
+    run.policy = scripts.policy_for(run.req.metadata)
+    run.response = new_response(new_id("resp"), run.req, run.model.name)
     # Kept while it runs too, so a response's spans can be read before it ends (an appended rollout).
-    traces.put(turn.owner, turn.response["id"], turn.trace)
+    traces.put(run.owner, run.response["id"], run.trace)

@@ -11,7 +11,7 @@ keep renderings:
 - the sprint's ``RenderCache``, one per server, shared by every connection and owner (API
   key): buffers stored under the digest of their owner, system block and items; the least
   recently used goes first, past a bound on the bytes its entries hold;
-- the connection cache (``labkit.server.wscore.connection_cache``): each WebSocket lane's latest
+- the connection cache (``labkit.connection_cache``): each WebSocket lane's latest
   ``Conversation`` (``labkit.server.wscore.conversation``), whose buffer and hasher the response that
   continues it (on its lane, or forked onto another) goes on with.
 

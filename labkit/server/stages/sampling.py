@@ -5,7 +5,7 @@
     decode        sampling, paced at the model's speed, each chunk an event
 
 ``queue`` is an object built with the replicas' slots; ``prefill`` and ``decode`` need nothing
-but the turn (its replica and model), so they are functions. ``labkit.server.stages.pipeline.Pipeline``
+but the run (its replica and model), so they are functions. ``labkit.server.stages.pipeline.Pipeline``
 lists them; ``labkit.server.stages.responder.infer`` runs them for a response,
 ``labkit.server.stages.compaction_pass`` for a compaction pass. ``settle`` moves what was sampled
 onto the rendered buffer.
@@ -32,62 +32,62 @@ Emit = Callable[[Event], Awaitable[None]]
 
 
 class Queue:
-    """A slot on the turn's replica, held until the ``async with`` block ends. The span says how
-    busy the replica was and how many of its slots the turn's key held when it asked, and whether
+    """A slot on the run's replica, held until the ``async with`` block ends. The span says how
+    busy the replica was and how many of its slots the run's key held when it asked, and whether
     it waited (for a free slot, or for its key's share: ``labkit.server.stages.slots``)."""
 
     def __init__(self, slots: dict[str, EngineSlots]) -> None:
         self.slots = slots  # per replica: the responses it serves at once, shared by keys
 
     @asynccontextmanager
-    async def __call__(self, turn: ResponseRun) -> AsyncIterator[None]:
-        assert turn.replica is not None
-        slots = self.slots[turn.replica.name]
-        with turn.trace.stage(Stage.QUEUE) as span:
-            span.detail.update(busy=slots.busy, held_by_key=slots.held[turn.owner])
-            span.detail["waited"] = await slots.acquire(turn.owner)
+    async def __call__(self, run: ResponseRun) -> AsyncIterator[None]:
+        assert run.replica is not None
+        slots = self.slots[run.replica.name]
+        with run.trace.stage(Stage.QUEUE) as span:
+            span.detail.update(busy=slots.busy, held_by_key=slots.held[run.owner])
+            span.detail["waited"] = await slots.acquire(run.owner)
         try:
             yield
         finally:
-            slots.release(turn.owner)
+            slots.release(run.owner)
 
 
-async def prefill(turn: ResponseRun) -> None:
+async def prefill(run: ResponseRun) -> None:
     """The replica reads the prompt: the rendered conversation and the assistant's turn opener."""
-    model, replica, buffer = turn.model, turn.replica, turn.buffer
+    model, replica, buffer = run.model, run.replica, run.buffer
     assert model is not None and replica is not None and buffer is not None
-    with turn.trace.stage(Stage.PREFILL) as span:
+    with run.trace.stage(Stage.PREFILL) as span:
         read = await replica.prefill(model, buffer.ids, buffer.block_hashes, tail=GENERATION_PROMPT)
         span.tokens, span.detail["cached_tokens"] = read.uncached_tokens, read.cached_tokens
         span.detail["hashed_blocks"] = read.work.hashed_blocks
         span.detail["touched_blocks"] = read.work.touched_blocks
-    turn.prompt_tokens += read.prompt_tokens
-    turn.cached_tokens += read.cached_tokens
+    run.prompt_tokens += read.prompt_tokens
+    run.cached_tokens += read.cached_tokens
 
 
 async def decode(
-    turn: ResponseRun, events: ResponseEvents, actions: Sequence[ModelAction], emit: Emit
+    run: ResponseRun, events: ResponseEvents, actions: Sequence[ModelAction], emit: Emit
 ) -> str | None:
     """Sample the actions' tokens, each chunk an event through ``emit``; returns why sampling
     stopped early: ``max_output_tokens``, ``steered`` (``SAFE_BOUNDARIES``), or None."""
-    with turn.trace.stage(Stage.DECODE) as span:
-        before = turn.produced
-        stopped = await _sample(turn, events, actions, emit)
-        span.tokens, span.items = turn.produced - before, len(actions)
+    with run.trace.stage(Stage.DECODE) as span:
+        before = run.produced
+        stopped = await _sample(run, events, actions, emit)
+        span.tokens, span.items = run.produced - before, len(actions)
         if stopped:
             span.detail["stopped"] = stopped
     return stopped
 
 
-def settle(turn: ResponseRun) -> int:
+def settle(run: ResponseRun) -> int:
     """Append the outputs sampled since the last settle to the rendered buffer (headers only), and
-    make them part of the turn's items; returns how many tokens that added. Render settles them
+    make them part of the run's items; returns how many tokens that added. Render settles them
     before an appended rollout's next input, retain before the conversation is kept."""
-    assert turn.buffer is not None
-    outputs, ids = turn.unsettled()
-    added = sum(turn.buffer.append_sampled(item, sampled) for item, sampled in zip(outputs, ids, strict=True))
-    turn.appended += outputs
-    turn.settled = len(turn.response["output"])
+    assert run.buffer is not None
+    outputs, ids = run.unsettled()
+    added = sum(run.buffer.append_sampled(item, sampled) for item, sampled in zip(outputs, ids, strict=True))
+    run.appended += outputs
+    run.settled = len(run.response["output"])
     return added
 
 
@@ -99,14 +99,14 @@ arguments are never cut: the call completes (and the client's tool result is the
 
 
 async def _sample(
-    turn: ResponseRun, events: ResponseEvents, actions: Sequence[ModelAction], emit: Emit
+    run: ResponseRun, events: ResponseEvents, actions: Sequence[ModelAction], emit: Emit
 ) -> str | None:
     """Every action's tokens on one decode clock; why it stopped early, if it did."""
-    assert turn.req is not None and turn.replica is not None and turn.model is not None
+    assert run.req is not None and run.replica is not None and run.model is not None
     # The request's budget, within the part of the window its model keeps for the output.
-    budget = min(turn.req.max_output_tokens or turn.model.max_output_tokens, turn.model.max_output_tokens)
-    clock = turn.replica.decode(turn.model)
-    steering = turn.steering
+    budget = min(run.req.max_output_tokens or run.model.max_output_tokens, run.model.max_output_tokens)
+    clock = run.replica.decode(run.model)
+    steering = run.steering
     for action in actions:
         if steering is not None and steering.steer_requested:
             return STEERED  # a boundary: before an item
@@ -119,7 +119,7 @@ async def _sample(
         for event in opening:
             await emit(event)
         ids = answer_ids(body)
-        room = max(0, budget - turn.produced)
+        room = max(0, budget - run.produced)
         sampled = ids[:room]
         stopped = MAX_OUTPUT_TOKENS if len(sampled) < len(ids) else None
         steerable = steering if isinstance(action, Say) else None  # a call is never cut
@@ -136,8 +136,8 @@ async def _sample(
                 await emit(events.delta(text_of(chunk)))
                 sent += len(chunk)
                 at_boundary = ends_sentence(chunk[-1])
-        turn.produced += sent
-        turn.output_ids.append(list(sampled[:sent]))
+        run.produced += sent
+        run.output_ids.append(list(sampled[:sent]))
         for event in events.end_item("incomplete" if stopped else "completed"):
             await emit(event)
         if stopped:

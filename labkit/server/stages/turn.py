@@ -3,9 +3,11 @@ its connection is plain data of the WebSocket core's: ``labkit.server.wscore.con
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from labkit.api.items import Item
 from labkit.api.requests import CreateRequest
 from labkit.api.stages import Source
 from labkit.designs import Design, Plan
@@ -24,9 +26,13 @@ class SteerSignal(Protocol):
     def steer_requested(self) -> bool: ...
 
 
+# Reads what a client sent onto the run (raising ``APIError`` if it is not valid); returns its items.
+Accept = Callable[["ResponseRun", Any], Sequence[Item]]
+
+
 @dataclass
 class ResponseRun:
-    """One response on its way through the pipeline."""
+    """One response on its way through the pipeline: what every stage reads and writes."""
 
     design: Design
     owner: str
@@ -37,6 +43,10 @@ class ResponseRun:
     pinned: Replica | None = None  # a connection's replica
     steering: SteerSignal | None = None  # WebSocket mode: whether steering input waits for it
     compacted: list[dict[str, Any]] | None = None  # context_management: the window after compaction
+    # What the client sent, until validation takes it: a create's body, a compaction's, or the
+    # items an appended rollout was sent; and how validation reads it (None: as a create's body).
+    body: Any = None
+    accept: Accept | None = None
     req: CreateRequest | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     new_items: list[dict[str, Any]] = field(default_factory=list)

@@ -18,27 +18,18 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
+from labkit.api.stages import Stage
 from labkit.client.agent import Rollout
 from labkit.scenarios import synthetic
 from labkit.server.app import ServerConfig, create_app
 from tests.helpers import READ_FILE_TOOL, served_in_thread, server_spans
 
 MODEL = "labkit-spark"
-STAGES = (
-    "validate",
-    "hydrate",
-    "input_safety",
-    "render",
-    "route",
-    "intermediary",
-    "queue",
-    "prefill",
-    "decode",
-    "output_safety",
-    "retain",
-    "storage",
-    "bill",
-)
+# The inference stages a segment calls by name; the others from validation on are the runner's
+# (``Pipeline.stages``). The door's come before a response exists, the downlink with its events.
+INFERENCE = {Stage.QUEUE: "queue", Stage.PREFILL: "prefill", Stage.DECODE: "decode"}
+STAGES = list(Stage)[list(Stage).index(Stage.VALIDATION) :]
+STAGES.remove(Stage.DOWNLINK)
 
 
 def counted(name: str, stage: Callable[..., Any], calls: Counter[str]) -> Callable[..., Any]:
@@ -59,8 +50,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Coun
     app = create_app(ServerConfig(db=str(db), profile="local"))
     with served_in_thread(app) as url:
         pipeline = app.state.pipeline  # built as the server started
-        for name in STAGES:
-            setattr(pipeline, name, counted(name, getattr(pipeline, name), calls))
+        assert set(pipeline.stages) == set(STAGES) - set(INFERENCE)
+        for stage in list(pipeline.stages):
+            pipeline.stages[stage] = counted(stage, pipeline.stages[stage], calls)
+        for stage, name in INFERENCE.items():
+            setattr(pipeline, name, counted(stage, getattr(pipeline, name), calls))
         yield f"{url}v1", calls
 
 
@@ -75,8 +69,8 @@ def test_a_response_runs_every_stage_once(served: tuple[str, Counter[str]]) -> N
     base_url, calls = served
     with OpenAI(base_url=base_url, api_key="sk-labkit-test", max_retries=0) as client:
         _, stages = ran(calls, lambda: client.responses.create(model=MODEL, input="Hi."))
-    # The sprint (the HTTP default) has no intermediary hop: the stage is called, and skips.
-    assert stages == Counter(STAGES)
+    # The sprint (the HTTP default) has no intermediary hop: its plan skips the stage, which is not called.
+    assert stages == Counter(s for s in STAGES if s is not Stage.INTERMEDIARY)
 
 
 def test_a_compaction_pass_runs_the_pipelines_stages(served: tuple[str, Counter[str]]) -> None:
@@ -91,7 +85,7 @@ def test_a_compaction_pass_runs_the_pipelines_stages(served: tuple[str, Counter[
             calls,
             lambda: client.responses.compact(model=MODEL, previous_response_id=first.id, input=[answer]),
         )
-    assert stages == Counter(("validate", "hydrate", "render", "route", "queue", "prefill", "decode"))
+    assert stages == Counter(("validation", "hydration", "render", "routing", "queue", "prefill", "decode"))
     spans = server_spans(base_url, compacted.id)
     pass_stages = ["validation", "hydration", "render", "routing", "queue", "prefill", "decode"]
     assert [s["stage"] for s in spans] == ["connect", "uplink", "auth", *pass_stages]
@@ -110,9 +104,10 @@ def test_each_appended_segment_runs_the_pipelines_stages(
     rollout, stages = ran(calls, lambda: Rollout.run(base_url, design, scenario, model=MODEL))
     assert len({record.response_id for record in rollout.records}) == 1  # one response
     segments = scenario.turns
-    for stage in ("validate", "input_safety", "render", "queue", "prefill", "decode"):
+    for stage in ("validation", "input_safety", "render", "queue", "prefill", "decode"):
         assert stages[stage] == segments, stage
-    for stage in ("hydrate", "route", "output_safety", "retain", "storage", "bill"):
+    for stage in ("hydration", "routing", "output_safety", "retain", "billing"):
         assert stages[stage] == 1, stage
+    assert stages["storage"] == 0  # the agent loop's requests are not stored: the plan runs no storage
     renders = [s for s in rollout.spans[rollout.records[0].response_id] if s["stage"] == "render"]
     assert [s["detail"]["cache"] for s in renders][1:] == ["response"] * (segments - 1)

@@ -89,7 +89,7 @@ async def take_injects(
         waiting -= answered(run.appending[committed:])
         if waiting:
             run.next_segment()
-    await run_stages(pipeline, run, AFTER_VALIDATION)
+    await run_stages(pipeline.stages, run, AFTER_VALIDATION)
 
 
 async def resume(pipeline: Pipeline, run: ResponseRun, next_append: NextInput, emit: Emit) -> None:
@@ -106,13 +106,13 @@ async def resume(pipeline: Pipeline, run: ResponseRun, next_append: NextInput, e
             break
         except APIError as err:
             await emit(err.ws_event())  # an answer to the refused append: no downlink, no segment start
-    await run_stages(pipeline, run, AFTER_VALIDATION)
+    await run_stages(pipeline.stages, run, AFTER_VALIDATION)
 
 
 async def validated(pipeline: Pipeline, run: ResponseRun, raw: Any) -> None:
     """Validation of appended (or injected) input, as the plan has it (``accept_append``)."""
     run.body, run.accept = raw, accept_append
-    await run_stages(pipeline, run, {Stage.VALIDATION})
+    await run_stages(pipeline.stages, run, {Stage.VALIDATION})
 
 
 def accept_append(run: ResponseRun, raw: Any) -> list[Item]:

@@ -66,11 +66,11 @@ async def compact(pipeline: Pipeline, run: ResponseRun, body: Any) -> dict[str, 
     """The compaction pass through the pipeline's stages: validation, hydration (the window),
     render, routing, then queue, prefill and the summary's decode; returns the compact resource."""
     run.body, run.accept = body, accept_compaction
-    await run_stages(pipeline, run, WINDOW)
+    await run_stages(pipeline.stages, run, WINDOW)
     window = run.items
     if not window:
         raise invalid_request("There is nothing to compact: 'input' is empty.", param="input")
-    await run_stages(pipeline, run, PROMPT)  # a large window is tokenized off the loop
+    await run_stages(pipeline.stages, run, PROMPT)  # a large window is tokenized off the loop
     assert run.model is not None and run.req is not None
     kept, payload = summarize(window)
     run.response = {"id": new_id("resp"), "object": OBJECT, "model": run.model.name, "output": []}

@@ -54,7 +54,7 @@ async def prepare(pipeline: Pipeline, run: ResponseRun, body: Any) -> None:
     """Validation of ``body`` through the intermediary hop, as the plan has them; raises
     ``APIError`` before any event is sent."""
     run.body = body
-    await run_stages(pipeline, run, BEFORE_INFERENCE)
+    await run_stages(pipeline.stages, run, BEFORE_INFERENCE)
     open_response(run, pipeline.scripts, pipeline.traces)
 
 
@@ -139,13 +139,13 @@ async def finish(
 ) -> Conversation:
     """Post-inference work, the terminal event, and the conversation a follow-up can reuse."""
     status = "incomplete" if stopped else "completed"
-    await run_stages(pipeline, run, AFTER_INFERENCE, last=True)
+    await run_stages(pipeline.stages, run, AFTER_INFERENCE, last=True)
     terminal = events.finish(status, usage(run.prompt_tokens, run.cached_tokens, run.produced), stopped)
     # Recorded before the answer leaves; overlapped billing runs beside the next request instead.
-    await run_stages(pipeline, run, RECORDING, last=True)
+    await run_stages(pipeline.stages, run, RECORDING, last=True)
     await send(terminal)
     events.sent(terminal)
-    await run_stages(pipeline, run, RECORDING, last=True, overlapped=True)
+    await run_stages(pipeline.stages, run, RECORDING, last=True, overlapped=True)
     publish(pipeline, run)
     return run.left_behind()
 

@@ -19,14 +19,11 @@ held around prefill and decode, and a segment's downlink falls between them on a
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Collection, Mapping
+from typing import Protocol
 
 from labkit.api.stages import Stage
 from labkit.server.stages.turn import ResponseRun
-
-if TYPE_CHECKING:  # the pipeline lists the stages; a runner only walks them
-    from labkit.server.stages.pipeline import Pipeline
 
 
 class StageCall(Protocol):
@@ -51,18 +48,19 @@ RECORDING = _from(Stage.STORAGE)
 
 
 async def run_stages(
-    pipeline: Pipeline,
+    stages: Mapping[Stage, StageCall],
     run: ResponseRun,
     phase: Collection[Stage],
     *,
     last: bool = False,
     overlapped: bool = False,
 ) -> None:
-    """Run the stages of ``phase`` that the run's plan names for its segment, in the plan's order;
-    ``last``: the response's last segment (the stages after inference wait for it in an appended
-    rollout); ``overlapped``: the stages the plan overlaps with the next request, or the others."""
+    """Run the stages of ``phase`` (``stages``: the pipeline's, ``Pipeline.stages``) that the run's
+    plan names for its segment, in the plan's order. ``last``: the response's last segment (the
+    stages after inference wait for it in an appended rollout); ``overlapped``: the stages the
+    plan overlaps with the next request, or the others."""
     plan = run.plan
     store = run.req is not None and run.req.store  # storage, the one stage it decides, follows validation
     for stage in plan.stages_on(run.trace.segment, last, store=store):
         if stage in phase and plan[stage].overlapped is overlapped:
-            await pipeline.stages[stage](run)
+            await stages[stage](run)

@@ -102,6 +102,17 @@ class Saving:
         """Far enough below zero for one run to say the change costs time instead."""
         return self.ms < -SURE * self.noise_ms
 
+    @property
+    def saves(self) -> bool | None:
+        """A claim's verdict that the change saves: True when the run is sure of it, False when it
+        is sure of the opposite (the change costs time), None when the run cannot tell (a noisy
+        run is no evidence against a saving).
+
+        >>> Saving(40, 5, 150, 18).saves, Saving(-40, 5, 150, 18).saves, Saving(36, 20, 150, 8).saves
+        (True, False, None)
+        """
+        return True if self.sure else False if self.costs else None
+
     def said(self) -> str:
         """What the change did to a typical turn, in words true for any value the run gives:
         saved, cost, or no difference beyond the noise (and which way the estimate leans).

@@ -129,5 +129,6 @@ def test_watching_a_rollout_is_left_out_of_its_metrics(server: lab.LabkitServer)
     done = frame.loc[frame["stage"] == "done", "start"].max()
     # the last turn's watch comes after the rollout's last answer: it takes nothing from end to end
     last_watch = frame.loc[(frame["stage"] == "observe") & (frame["turn"] == 4), "start"].item()
-    assert last_watch >= done and table.loc[4, "api"] > 0
+    assert last_watch >= done
+    assert table.loc[4, "wall"] == pytest.approx(done - sends[4])  # nothing watched taken from it
     assert lab.end_to_end(frame) == pytest.approx(done - sends[0] - observed[:4].sum())

@@ -24,7 +24,7 @@ from labkit.server.requested_design import requested_design
 from labkit.server.stages.compaction_pass import compact
 from labkit.server.stages.pipeline import Pipeline
 from labkit.server.stages.responder import CLIENT_TOO_SLOW, StreamFailed, cut, failed_event, prepare, respond
-from labkit.server.stages.turn import ResponseRun
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stores.traces import Trace
 
 

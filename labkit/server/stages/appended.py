@@ -27,8 +27,8 @@ from labkit.api.requests import check_new_items, parse_item, stored_form
 from labkit.api.stages import Stage
 from labkit.server.stages.pipeline import Emit, Pipeline
 from labkit.server.stages.responder import finish, infer, run_events
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stages.runner import BEFORE_INFERENCE, run_stages
-from labkit.server.stages.turn import ResponseRun
 from labkit.server.wscore.conversation import Conversation
 
 NextInput = Callable[[], Awaitable[list[Any]]]  # the client's next response.append or response.inject

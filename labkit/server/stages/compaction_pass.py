@@ -45,9 +45,9 @@ from labkit.engine.render import TokenBuffer, content_text, encode_block, item_b
 from labkit.server.stages.pipeline import Emit, Pipeline
 from labkit.server.stages.post_inference import charge
 from labkit.server.stages.render_cache import append_rendered
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stages.runner import run_stages
 from labkit.server.stages.sampling import settle
-from labkit.server.stages.turn import ResponseRun
 from labkit.text.tokenizer import decode, encode_text
 
 # The request's settings the compact resource echoes, as a create's Response echoes them.

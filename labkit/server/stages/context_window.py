@@ -41,7 +41,7 @@ from labkit.api.stages import Source, Stage
 from labkit.engine.catalogue import ModelSpec
 from labkit.engine.render import GENERATION_PROMPT, TokenBuffer, encode_block, item_block, system_block
 from labkit.server.stages.offload import off_loop_if_large
-from labkit.server.stages.turn import ResponseRun
+from labkit.server.stages.response_run import ResponseRun
 
 AUTO = "auto"  # the truncation that drops items; "disabled" (or none) refuses
 

@@ -18,7 +18,7 @@ from labkit.engine import timing
 from labkit.profiles import Auth, Network
 from labkit.server.edge.auth import Keys
 from labkit.server.edge.network import ConnectionTracker
-from labkit.server.stages.turn import ResponseRun
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stores.traces import Trace
 
 

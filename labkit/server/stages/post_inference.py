@@ -25,8 +25,8 @@ from labkit.engine.render import content_text
 from labkit.engine.safety import scan
 from labkit.server.stages.offload import off_loop_if_large
 from labkit.server.stages.render_cache import Renderings
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stages.sampling import settle
-from labkit.server.stages.turn import ResponseRun
 from labkit.server.stores.billing import Billing, Charge
 from labkit.server.stores.store import ResponseStore
 

@@ -35,10 +35,10 @@ from labkit.engine.safety import classifier_texts, scan
 from labkit.server.stages.context_window import fit_window
 from labkit.server.stages.offload import off_loop_if_large
 from labkit.server.stages.render_cache import Renderings, append_rendered
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stages.routing import Router
 from labkit.server.stages.sampling import settle
 from labkit.server.stages.scripts import ScriptLibrary
-from labkit.server.stages.turn import ResponseRun
 from labkit.server.stores.store import ResponseStore
 from labkit.server.stores.traces import TraceStore
 

@@ -63,7 +63,7 @@ from labkit.api.stages import Source, Stage
 from labkit.designs import Over
 from labkit.engine.render import PrefixHasher, TokenBuffer, encode_items, system_digest
 from labkit.server.stages.offload import off_loop_if_large, text_chars
-from labkit.server.stages.turn import ResponseRun
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stores.traces import Span
 
 # What an entry costs (measured with tracemalloc on CPython 3.11; a test checks both): a token id

@@ -34,8 +34,8 @@ from labkit.server.stages.compaction_pass import compact_first
 from labkit.server.stages.pipeline import Emit, Pipeline
 from labkit.server.stages.post_inference import bill_if_abandoned
 from labkit.server.stages.pre_inference import open_response
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stages.runner import AFTER_INFERENCE, BEFORE_INFERENCE, RECORDING, run_stages
-from labkit.server.stages.turn import ResponseRun
 from labkit.server.stores.trace_stream import trace_event
 from labkit.server.wscore.conversation import Conversation
 

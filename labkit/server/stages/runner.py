@@ -23,7 +23,7 @@ from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from labkit.api.stages import Stage
-from labkit.server.stages.turn import ResponseRun
+from labkit.server.stages.response_run import ResponseRun
 
 
 class StageCall(Protocol):

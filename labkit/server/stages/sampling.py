@@ -23,8 +23,8 @@ from labkit.api.ids import new_id, new_item_id
 from labkit.api.stages import Stage
 from labkit.engine.policies import Call, ModelAction, Say
 from labkit.engine.render import GENERATION_PROMPT
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stages.slots import EngineSlots
-from labkit.server.stages.turn import ResponseRun
 from labkit.text.tokenizer import decode as text_of
 from labkit.text.tokenizer import encode_text
 

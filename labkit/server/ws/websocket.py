@@ -40,7 +40,7 @@ from labkit.server.requested_design import requested_design
 from labkit.server.stages.appended import respond_appended
 from labkit.server.stages.pipeline import Pipeline
 from labkit.server.stages.responder import StreamFailed, cut, prepare, respond
-from labkit.server.stages.turn import ResponseRun
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stores.traces import Span, Trace
 from labkit.server.ws.learner_cache import GuardedCache
 from labkit.server.ws.writer import ConnectionWriter, close

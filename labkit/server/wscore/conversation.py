@@ -1,7 +1,7 @@
 """What a finished response leaves for the next on its connection: the connection cache's entry.
 
 Plain data: the core (``labkit.server.wscore.connection``) keeps it and hands it on, and the
-pipeline's turn (``labkit.server.stages.turn.ResponseRun.left_behind``) makes it.
+pipeline's turn (``labkit.server.stages.response_run.ResponseRun.left_behind``) makes it.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from labkit.engine.render import (
     system_block,
 )
 from labkit.server.stages.context_window import fit_window
-from labkit.server.stages.turn import ResponseRun
+from labkit.server.stages.response_run import ResponseRun
 from tests.engine.test_render import assume_plain, instructions, items, tool_lists
 
 pytestmark = pytest.mark.slow  # a property search

@@ -22,7 +22,7 @@ from labkit.paths import default_data_dir
 from labkit.profiles import load_profile
 from labkit.server.stages.pipeline import Pipeline
 from labkit.server.stages.responder import prepare, respond
-from labkit.server.stages.turn import ResponseRun
+from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stores.billing import Ledger
 from labkit.server.stores.database import Database
 from labkit.server.stores.store import ResponseStore

@@ -358,14 +358,20 @@ def worker_holding(server: LabkitServer, client_port: int) -> int:
 # ---------------------------------------------------------------- the room benchmark
 
 
-def room_load() -> ModuleType:
-    """``benchmarks/room_load.py``, imported (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("room_load", REPO / "benchmarks" / "room_load.py")
+def load_script(path: str) -> ModuleType:
+    """A script of the repository (``benchmarks/room_load.py``, ``tools/reading_time.py``), imported
+    for a test: it is not part of the package."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
+
+
+def room_load() -> ModuleType:
+    """``benchmarks/room_load.py``, imported."""
+    return load_script("benchmarks/room_load.py")
 
 
 # ---------------------------------------------------------------- the command line

@@ -14,7 +14,10 @@ The rule, stated once (the README's learning path and the guide's table give its
 
 No learner has been timed: this says how the notebooks compare, and which one is too long.
 
-    python tools/reading_time.py            # the table, for the guide
+    python tools/reading_time.py            # the guide's table, from the notebooks as they are
+
+The run times are the guide's own measurements: the tool reads them from the guide's table, so
+after a notebook changes its output replaces that table (a new run time is edited in the guide).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+GUIDE = NOTEBOOKS / "README.md"
 WORDS_A_MINUTE = 200
 THINKING_MIN = 1.0
 SELF_CHECK_MIN = 3.0
@@ -34,6 +38,15 @@ DIAGRAM = re.compile(r"<details><summary>The diagram as text.*?</details>", re.S
 GUESS = re.compile(r"^guess_\w+ = None", re.M)
 HEADING = re.compile(r"^## (.+)$", re.M)
 QUESTION = re.compile(r"^\d+\. ", re.M)
+HEADER = (
+    "| notebook | words | predictions and questions | self-check | exercises | run, JupyterLab busy "
+    "| reading and running |\n|---|---:|---:|---|---:|---:|---:|"
+)
+# A row of the guide's table: notebook, words, predictions and questions, self-check, exercises,
+# run seconds, minutes.
+ROW = re.compile(
+    r"^\| \[?(\d\d)\]?[^|]* \| ([\d,]+) \| (\d+) \| (yes|) \| (\d) \| (\d+) s \| about (\d+) min \|$", re.M
+)
 
 
 @dataclass(frozen=True)
@@ -83,15 +96,27 @@ def readings() -> list[Reading]:
     return [reading(path) for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))]
 
 
+def guide_rows(text: str | None = None) -> dict[str, tuple[str, ...]]:
+    """The guide's table, by notebook number: its columns after the number, as written."""
+    text = GUIDE.read_text(encoding="utf-8") if text is None else text
+    return {row[0]: row[1:] for row in ROW.findall(text)}
+
+
+def guide_row(r: Reading, run_s: int) -> str:
+    """``r``'s row of the guide's table, given its run time (seconds)."""
+    self_check = "yes" if r.self_check else ""
+    thinking = r.predictions + r.questions
+    return (
+        f"| {r.name[:2]} | {r.words:,} | {thinking} | {self_check} | {r.exercises} | {run_s} s |"
+        f" about {round(r.minutes(run_s))} min |"
+    )
+
+
 def main() -> int:
-    print("| notebook | words | predictions | questions | self-check | exercises | minutes, not running |")
-    print("|---|---:|---:|---:|---|---:|---:|")
+    run_s = {number: int(row[4]) for number, row in guide_rows().items()}
+    print(HEADER)
     for r in readings():
-        self_check = "yes" if r.self_check else ""
-        print(
-            f"| {r.name[:2]} | {r.words:,} | {r.predictions} | {r.questions} | {self_check} |"
-            f" {r.exercises} | {r.minutes(0):.1f} |"
-        )
+        print(guide_row(r, run_s[r.name[:2]]))
     return 0
 
 

@@ -5,26 +5,21 @@ a source edited without drawing it again is caught here, without node or a brows
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_diagrams", ROOT / "tools" / "render_diagrams.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/render_diagrams.py")
 
 
 @pytest.fixture

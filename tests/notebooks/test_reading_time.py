@@ -8,39 +8,26 @@ machine), which no test can redo.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 STORY = ("01", "02", "03", "04")
 STORY_LIMIT_MIN = 25
-ROW = re.compile(
-    r"^\| \[?(\d\d)\]?[^|]* \| ([\d,]+) \| (\d+) \| (yes|) \| (\d) \| (\d+) s \| about (\d+) min \|$", re.M
-)
 
 
 @pytest.fixture(scope="module")
 def tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("reading_time", ROOT / "tools" / "reading_time.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-def guide_rows() -> dict[str, tuple[str, ...]]:
-    text = (ROOT / "notebooks" / "README.md").read_text(encoding="utf-8")
-    return {row[0]: row[1:] for row in ROW.findall(text)}
+    return load_script("tools/reading_time.py")
 
 
 def test_the_guides_table_is_the_notebooks_as_they_are(tool: ModuleType) -> None:
-    rows = guide_rows()
+    rows = tool.guide_rows()
     readings = {r.name[:2]: r for r in tool.readings()}
     assert sorted(rows) == sorted(readings), "one row per notebook"
     for number, (words, thinking, self_check, exercises, run_s, minutes) in rows.items():
@@ -52,12 +39,12 @@ def test_the_guides_table_is_the_notebooks_as_they_are(tool: ModuleType) -> None
         assert int(minutes) == round(r.minutes(int(run_s))), f"{number}: {r.minutes(int(run_s)):.1f} min"
 
 
-def test_no_story_notebook_asks_more_than_about_25_minutes() -> None:
-    rows = guide_rows()
+def test_no_story_notebook_asks_more_than_about_25_minutes(tool: ModuleType) -> None:
+    rows = tool.guide_rows()
     assert {n: int(rows[n][-1]) for n in STORY if int(rows[n][-1]) > STORY_LIMIT_MIN} == {}
 
 
-def test_the_readmes_learning_path_gives_the_guides_minutes() -> None:
+def test_the_readmes_learning_path_gives_the_guides_minutes(tool: ModuleType) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     path = dict(re.findall(r"^\| (\d\d) \|.*\| about (\d+) min[^|]*\|$", readme, re.M))
-    assert path == {n: row[-1] for n, row in guide_rows().items() if n != "07"}
+    assert path == {n: row[-1] for n, row in tool.guide_rows().items() if n != "07"}

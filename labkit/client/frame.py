@@ -12,7 +12,10 @@ detail, response_id`` and ``t``.
   tokens, a render's encoded tokens, a decode's sampled tokens); ``detail`` is
   what else the span knows, as a dict: which cache served the render
   (``cache``), where the history came from (``source``), the ``replica``,
-  whether a connection was opened (``new_connection``) or billing overlapped.
+  whether a connection was opened (``new_connection``), whether a span ran beside
+  the turn's critical path (``overlapped``: billing, or a steer's ``uplink``,
+  which names its ``steer``: a turn's API time, its wall time less inference and
+  the client's, does not count it again).
 - ``start`` is seconds on the machine's monotonic clock, which server and
   client share on one machine; ``t`` is the same, from the rollout's first send.
 """

@@ -9,6 +9,7 @@ this process). Order is read off the events; nothing measures wall-clock time.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,8 +27,12 @@ from openai.types.responses import (
 )
 from openai.types.responses.responses_server_event import ResponseCompactionWsCompacting, ResponseWsFailed
 
+from labkit.analysis.metrics import turns
+from labkit.analysis.room import learner_turns
 from labkit.api.stages import Stage
+from labkit.client.frame import rollout_frame
 from labkit.client.launcher import LabkitServer
+from labkit.client.records import TurnRecord
 from labkit.client.steering import STRATEGIES, correction_latency, summary
 from labkit.connection_cache import ConnectionCache
 from labkit.limits import MAX_PENDING_STEERS
@@ -98,6 +103,45 @@ def test_a_steer_redirects_a_long_answer_within_a_sentence(client: OpenAI, serve
     assert spans["hydration"]["detail"]["source"] == "connection_cache"
     assert spans["render"]["items"] == 1
     assert "uplink" not in spans, "the server created it: no request crossed the network"
+
+
+def test_a_steers_crossing_is_a_span_of_the_response_it_steers_beside_its_decode(
+    client: OpenAI, server: LabkitServer
+) -> None:
+    """The steer's uplink (the profile's one-way delay, as a create's) is in the steered response's
+    trace, named by the steer and ``overlapped``: it ran while the response decoded, so neither the
+    turn's API time nor its span of time on the dashboard grows by it."""
+    with client.responses.connect() as conn:
+        sent = time.perf_counter()
+        conn.response.create(model=SLOW, input=LONG, store=False)
+        first = read_until(conn, lambda e: e.type == "response.output_text.delta")
+        first_delta, target = time.perf_counter(), first[0].response.id
+        conn.response.steer(previous_response_id=target, input=STEER)
+        events = read_until(conn, terminal_of(target))
+        done = time.perf_counter()
+        read_until(conn, lambda e: e.type in TERMINAL and e.response.id != target)
+    [accepted] = [e for e in events if e.type == "response.steer.accepted"]
+    assert events[-1].response.incomplete_details.reason == "steered"
+
+    spans = server_spans(server.base_url, target)
+    request, crossing = [s for s in spans if s["stage"] == Stage.UPLINK]
+    assert request["detail"] == {} and request["end"] <= first_delta
+    assert crossing["detail"] == {"steer": accepted.steer.id, "overlapped": True}
+    [decode] = [s for s in spans if s["stage"] == Stage.DECODE]
+    assert decode["detail"]["stopped"] == "steered"
+    assert decode["start"] < crossing["start"] < crossing["end"] <= decode["end"], "beside the decode it cut"
+
+    # Each reader of a turn's spans gives the turn the same time with the crossing as without it.
+    without = [s for s in spans if s is not crossing]
+    record = TurnRecord("websocket", 0, target, sent, None, first_delta, first_delta, done)
+
+    def timed(seen: list[dict[str, Any]]) -> tuple[list[float], list[list[float]]]:
+        """The API time the metrics give the turn, and its times on the room's dashboard."""
+        api = turns(rollout_frame("websocket", [record], {target: seen}))["api"]
+        dashboard = learner_turns([{"response_id": target, "design": "websocket", "spans": seen}])
+        return api.tolist(), dashboard[["start", "end", "ttft_s", "wall_s"]].values.tolist()
+
+    assert timed(spans) == timed(without)
 
 
 def test_steering_input_waits_for_the_results_of_client_owned_calls(client: OpenAI) -> None:

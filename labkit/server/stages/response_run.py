@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from labkit.api.items import Item
 from labkit.api.requests import CreateRequest
@@ -19,11 +19,21 @@ from labkit.server.stores.traces import Trace
 from labkit.server.wscore.conversation import Conversation
 
 
-class SteerSignal(Protocol):
-    """What the sampler reads at each safe output boundary (``labkit.server.wscore.connection_jobs.Job``)."""
+@dataclass
+class StopSignal:
+    """A response's own signal to stop for steering input: set from outside the pipeline, read by
+    the sampler at each safe output boundary (``labkit.server.stages.sampling.SAFE_BOUNDARIES``).
+    In WebSocket mode the asyncio layer sets it when the connection's rules accept a steer for
+    this response (``Interrupt``); nothing else does, so a response over HTTP never stops for one.
 
-    @property
-    def steer_requested(self) -> bool: ...
+    >>> stop = StopSignal(); stop.requested, (stop.request(), stop.requested)[1]
+    (False, True)
+    """
+
+    requested: bool = False
+
+    def request(self) -> None:
+        self.requested = True
 
 
 # Reads what a client sent onto the run (raising ``APIError`` if it is not valid); returns its items.
@@ -41,7 +51,7 @@ class ResponseRun:
     # when it started): the cached conversation it continues, or None. Every stage reads it here.
     parent: Conversation | None = None
     pinned: Replica | None = None  # a connection's replica
-    steering: SteerSignal | None = None  # WebSocket mode: whether steering input waits for it
+    stop: StopSignal = field(default_factory=StopSignal)  # steering input waits: stop at a boundary
     compacted: list[dict[str, Any]] | None = None  # context_management: the window after compaction
     # What the client sent, until validation takes it: a create's body, a compaction's, or the
     # items an appended rollout was sent; and how validation reads it (None: as a create's body).

@@ -92,10 +92,11 @@ def settle(run: ResponseRun) -> int:
 
 
 MAX_OUTPUT_TOKENS, STEERED = "max_output_tokens", "steered"  # why sampling stops early
-SAFE_BOUNDARIES = """Where a response with steering input waiting stops: before an output item, and
-in a message's text right after a token that ends a sentence (``.``, ``!``, ``?``) or holds a
-line break, so a long answer is redirected within a sentence of the steer. A function call's
-arguments are never cut: the call completes (and the client's tool result is then awaited)."""
+SAFE_BOUNDARIES = """Where a response stops once steering input waits for it (its ``ResponseRun.stop``
+is set): before an output item, and in a message's text right after a token that ends a sentence
+(``.``, ``!``, ``?``) or holds a line break, so a long answer is redirected within a sentence of
+the steer. A function call's arguments are never cut: the call completes (and the client's tool
+result is then awaited)."""
 
 
 async def _sample(
@@ -106,9 +107,9 @@ async def _sample(
     # The request's budget, within the part of the window its model keeps for the output.
     budget = min(run.req.max_output_tokens or run.model.max_output_tokens, run.model.max_output_tokens)
     clock = run.replica.decode(run.model)
-    steering = run.steering
+    stop = run.stop
     for action in actions:
-        if steering is not None and steering.steer_requested:
+        if stop.requested:
             return STEERED  # a boundary: before an item
         if isinstance(action, Call):
             opening = events.begin_call(new_item_id("function_call"), new_id("call"), action.name)
@@ -122,11 +123,11 @@ async def _sample(
         room = max(0, budget - run.produced)
         sampled = ids[:room]
         stopped = MAX_OUTPUT_TOKENS if len(sampled) < len(ids) else None
-        steerable = steering if isinstance(action, Say) else None  # a call is never cut
+        steerable = isinstance(action, Say)  # a call is never cut
         sent, at_boundary = 0, False
         async with contextlib.aclosing(clock.pace(sampled)) as chunks:
             async for chunk in chunks:
-                if steerable is not None and steerable.steer_requested:
+                if steerable and stop.requested:
                     cut = 0 if at_boundary else _boundary_in(chunk)
                     if cut is not None:
                         if cut:

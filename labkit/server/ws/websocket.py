@@ -1,12 +1,26 @@
 """WebSocket mode on ``/v1/responses``: the asyncio loop around one connection's rules.
 
 The rules live in ``labkit.server.wscore.connection`` (``Connection``), which has no I/O: this module
-reads frames and hands them over, carries out what it answers (send this event, start this
-response, hand this append over), runs each response through the pipeline in a task of its
-own, and reports back when a response is created and when it ends. Around that it owns what
-only a running connection has: the socket and its writer (which cuts a client that reads too
-slowly, ``labkit.server.ws.writer``), the connection's lifetime, the replica it is pinned to,
-the per-key cap of requests in flight, and the upgrade.
+reads frames and hands them over, carries out what it answers, runs each response through the
+pipeline in a task of its own, and reports back when a response is created and when it ends.
+What it knows of a response the core runs comes from those answers, never from the core's
+``Job`` state:
+
+- ``Start``: a task for the response (``Running``);
+- ``Interrupt``: set that response's own stop signal (``ResponseRun.stop``), which the sampler
+  reads at its safe boundaries;
+- ``InputReady``: wake the appended rollout, which takes the input from the core
+  (``Connection.take_input``), the one place it is kept;
+- ``Arrive``: a steer crossing the network, the pipeline's ``uplink`` stage as for a create, then
+  handed to the core. Accepted onto a running response, that crossing is a span of the
+  response's trace, named by the steer's id and marked ``overlapped``: it ran beside the decode
+  it interrupts, off the response's critical path, as overlapped billing runs beside the next
+  request (a turn's API time is its wall time less inference and the client's,
+  ``labkit.analysis.metrics``, so it does not count twice).
+
+Around that it owns what only a running connection has: the socket and its writer (which cuts a
+client that reads too slowly, ``labkit.server.ws.writer``), the connection's lifetime, the
+replica it is pinned to, the per-key cap of requests in flight, and the upgrade.
 
 With the ``appended`` design, one ``response.create`` starts a whole rollout as one response
 that waits at each function call for the client's tool outputs: over the official SDK's
@@ -20,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -37,7 +52,7 @@ from labkit.server.config import config_of
 from labkit.server.edge.auth import KeyLimiter
 from labkit.server.edge.outbox import SlowReader
 from labkit.server.requested_design import requested_design
-from labkit.server.stages.appended import respond_appended
+from labkit.server.stages.appended import NextInput, respond_appended
 from labkit.server.stages.pipeline import Pipeline
 from labkit.server.stages.responder import StreamFailed, cut, prepare, respond
 from labkit.server.stages.response_run import ResponseRun
@@ -47,16 +62,28 @@ from labkit.server.ws.writer import ConnectionWriter, close
 from labkit.server.wscore.connection import Connection
 from labkit.server.wscore.connection_jobs import (
     Action,
-    Append,
     Arrive,
     Failed,
     Finished,
+    InputReady,
+    Interrupt,
     Job,
     Outcome,
     Send,
     Start,
 )
 from labkit.server.wscore.held_bytes import HeldBytes
+
+
+@dataclass(eq=False)
+class Running:
+    """A response this connection runs: its task, its run once the task has made it (whose stop
+    signal an ``Interrupt`` sets, and whose trace a steer's crossing joins), and the wake-up an
+    appended rollout waits on for its input (``InputReady``)."""
+
+    task: asyncio.Task[None]
+    run: ResponseRun | None = None
+    input_ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class WebSocketSession:
@@ -92,9 +119,8 @@ class WebSocketSession:
         )
         self.writer = ConnectionWriter(ws, limits.max_unread_bytes, on_cut=self._cut)
         self.key_limiter = key_limiter
-        self.tasks: dict[Job, asyncio.Task[None]] = {}  # the responses running
-        self.appends: dict[Job, asyncio.Queue[list[Any]]] = {}  # appended rollouts' input, not taken
-        self.over = False  # the connection has ended: a steer still crossing the network is dropped
+        self.running: dict[Job, Running] = {}  # the responses running
+        self.arriving: set[asyncio.Task[None]] = set()  # steers crossing the network
 
     @property
     def slow(self) -> SlowReader | None:
@@ -129,9 +155,10 @@ class WebSocketSession:
         finally:
             expiry.cancel()
             self.writer.cancel()
-            for task in list(self.tasks.values()):
-                task.cancel()
-            self.over = True
+            for running in list(self.running.values()):
+                running.task.cancel()
+            for crossing in list(self.arriving):
+                crossing.cancel()  # the connection has ended: a steer still crossing is dropped
             self.connection.held.release()  # what the client sent and the server held, given back to its key
             await self.writer.closed()
 
@@ -161,29 +188,59 @@ class WebSocketSession:
             if isinstance(action, Send):
                 self.send(action.event)
             elif isinstance(action, Start):
-                self.tasks[action.job] = asyncio.create_task(self._run(action.job))
-            elif isinstance(action, Append):
-                self.appends.setdefault(action.job, asyncio.Queue()).put_nowait(action.items)
-            elif isinstance(action, Arrive):  # the uplink, modeled as for a create, then the steer
-                uplink = self.pipeline.profile.network.one_way_s()
-                asyncio.get_running_loop().call_later(uplink, self._steer, action.payload, action.size)
+                self.running[action.job] = Running(asyncio.create_task(self._run(action.job)))
+            elif isinstance(action, Interrupt):
+                run = self._run_of(action.job)
+                if run is not None:
+                    run.stop.request()
+            elif isinstance(action, InputReady):
+                running = self.running.get(action.job)
+                if running is not None:
+                    running.input_ready.set()
+            elif isinstance(action, Arrive):
+                crossing = asyncio.create_task(self._arrive(action.payload, action.size))
+                self.arriving.add(crossing)
+                crossing.add_done_callback(self.arriving.discard)
 
-    def _steer(self, payload: dict[str, Any], size: int) -> None:
-        if self.over or self.slow is not None or self.ws.application_state != WebSocketState.CONNECTED:
+    def _run_of(self, job: Job) -> ResponseRun | None:
+        running = self.running.get(job)
+        return running.run if running is not None else None
+
+    async def _arrive(self, payload: dict[str, Any], size: int) -> None:
+        """A steer crosses the network (the pipeline's uplink stage, as a create's does), then is
+        handed to the connection; the crossing joins the trace of the response it interrupts."""
+        crossing = Trace()
+        await self.pipeline.uplink(crossing)
+        if self.slow is not None or self.ws.application_state != WebSocketState.CONNECTED:
             return
         try:
-            self.act(self.connection.steer(payload, size))
+            actions = self.connection.steer(payload, size)
+            for action in actions:
+                if isinstance(action, Interrupt):
+                    self._record_crossing(action, crossing.spans)
+            self.act(actions)
         except SlowReader:
             pass
         except Exception:  # a bug, not the client's: answer it, and keep the socket open
             with contextlib.suppress(SlowReader):
                 self.send(server_error().ws_event())
 
+    def _record_crossing(self, interrupt: Interrupt, spans: list[Span]) -> None:
+        """The steer's uplink, in the trace of the response it interrupts: named by the steer, and
+        ``overlapped`` (it ran beside that response's decode, not before any of its work)."""
+        run = self._run_of(interrupt.job)
+        if run is None:
+            return
+        for span in spans:
+            span.segment = run.trace.segment
+            span.detail.update(steer=interrupt.steer, overlapped=True)
+            run.trace.spans.append(span)
+
     def _cut(self) -> None:
         """The client left too much unread: every response of the connection ends now, its
         engine slot freed (the writer then closes the connection with the reason)."""
-        for task in self.tasks.values():
-            task.cancel()  # each records its cut (``_respond``)
+        for running in self.running.values():
+            running.task.cancel()  # each records its cut (``_respond``)
 
     async def _run(self, job: Job) -> None:
         """One response, from start to its outcome, which goes back to the connection."""
@@ -198,21 +255,19 @@ class WebSocketSession:
                 else:
                     outcome = await self._respond(job)
         except (WebSocketDisconnect, asyncio.CancelledError, SlowReader):
-            self.tasks.pop(job, None)
+            self.running.pop(job, None)
             return  # the connection is over (or being cut): nothing follows this response
         except Exception:  # a lane must outlive any one response, or it is stuck for good
             with contextlib.suppress(Exception):
                 self.send(server_error().ws_event(job.stream_id))
-        self.tasks.pop(job, None)
-        self.appends.pop(job, None)
+        self.running.pop(job, None)
         with contextlib.suppress(SlowReader):
             self.act(self.connection.finished(job, outcome))
 
     async def _respond(self, job: Job) -> Outcome:
         emit = functools.partial(self.emit, stream_id=job.stream_id)  # no frame of its own per event
-        turn = ResponseRun(
-            design=self.design, owner=self.owner, parent=job.parent, pinned=self.replica, steering=job
-        )
+        turn = ResponseRun(design=self.design, owner=self.owner, parent=job.parent, pinned=self.replica)
+        self.running[job].run = turn  # before it is created: from then on a steer may interrupt it
         turn.trace.spans.extend(self.setup)
         self.setup = []
         try:
@@ -229,7 +284,7 @@ class WebSocketSession:
             self.connection.created(job, turn.response["id"])
             if self.design.appended:
                 conversation = await respond_appended(
-                    self.pipeline, turn, emit, self._appends_of(job), inject=self.connection.inject
+                    self.pipeline, turn, emit, self._input_of(job), inject=self.connection.inject
                 )
             else:
                 conversation = await respond(self.pipeline, turn, emit)
@@ -259,17 +314,19 @@ class WebSocketSession:
         if fault is not None:
             hydration.detail["cache_fault"] = fault.sentence
 
-    def _appends_of(self, job: Job) -> Any:
-        """The appended rollout's way to wait for the client's next ``response.append`` or
-        ``response.inject``."""
-        queue = self.appends.setdefault(job, asyncio.Queue())
+    def _input_of(self, job: Job) -> NextInput:
+        """The appended rollout's way to the client's next ``response.append`` or
+        ``response.inject``: taken from the connection, which keeps it until then; waited for
+        (``InputReady``) if none is there yet."""
+        ready = self.running[job].input_ready
 
-        async def next_append() -> list[Any]:
-            items = await queue.get()
-            self.connection.append_taken(job)
+        async def next_input() -> list[Any]:
+            while (items := self.connection.take_input(job)) is None:
+                ready.clear()
+                await ready.wait()
             return items
 
-        return next_append
+        return next_input
 
 
 def client_calls(response: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,8 +8,11 @@ finished) and returns what to do about it, as actions:
 - ``Send(event)``: put this event on the socket (an error, a steering event);
 - ``Start(job)``: run this create now, on its lane (``job.parent`` is the connection cache's
   answer for it, ``job.body`` the create with any queued steering input prepended);
-- ``Append(job, items)``: hand these items (a ``response.append``'s or a ``response.inject``'s
-  input) to the appended rollout ``job`` is running;
+- ``Interrupt(job, steer)``: a steer was accepted for the response ``job`` is running: stop it at
+  its next safe output boundary (the I/O layer sets that response's own stop signal);
+- ``InputReady(job)``: input (a ``response.append``'s or a ``response.inject``'s) was handed to
+  the appended rollout ``job`` is running; the rollout takes it from here with ``take_input``,
+  which lets go of the bytes it held. The input is kept in one place, ``job.inputs``;
 - ``Arrive(payload)``: a steer on its way; once it has crossed the network, give it to ``steer``.
 
 Those actions, the jobs they carry and the outcomes it is fed are plain data, in
@@ -35,18 +38,19 @@ The rules (docs/protocol.md §3):
   a failure evicts. With ``labkit serve --connection-cache``, a learner's class answers the same
   three questions, behind a guard (``labkit.server.ws.learner_cache``).
 - **Steering** (``labkit.api.steering``): a ``response.steer`` is checked, given an id and
-  queued on its target, the response running on this connection that it names. The target
-  stops at its next safe output boundary (``labkit.server.stages.sampling``) and ends ``incomplete``
-  (``steered``); an automatic successor, the target's create with the steering input as its
-  input, then runs first on the lane, from the connection cache. A target that stops on
-  client-owned function calls keeps the input queued (``response.steer.pending``) until the
-  client's create that continues it on the same lane, whose input it is put before.
+  queued on its target, the response running on this connection that it names, and the answer
+  says to interrupt it (``Interrupt``). The target stops at its next safe output boundary
+  (``labkit.server.stages.sampling``) and ends ``incomplete`` (``steered``); an automatic
+  successor, the target's create with the steering input as its input, then runs first on the
+  lane, from the connection cache. A target that stops on client-owned function calls keeps the
+  input queued (``response.steer.pending``) until the client's create that continues it on the
+  same lane, whose input it is put before.
 - **Injecting** (``labkit.api.inject``, on a connection whose upgrade named the multi-agent
   beta): a ``response.inject`` is checked, then handed to its target, the response it names,
-  on whatever lane. An appended rollout takes it when it waits for tool outputs; any other
-  response, and a rollout that ends first, answers it with ``response.inject.failed``
-  (``response_already_completed``) when it ends; an unknown response with
-  ``response_not_found``. Either way the input is returned as it was sent, within
+  on whatever lane. An appended rollout takes it (``take_input``) when it waits for tool
+  outputs; any other response, and a rollout that ends first, answers it with
+  ``response.inject.failed`` (``response_already_completed``) when it ends; an unknown response
+  with ``response_not_found``. Either way the input is returned as it was sent, within
   ``max_echo_bytes`` (``labkit.api.echo``), as a refused steer's is.
 """
 
@@ -78,12 +82,13 @@ from labkit.limits import (
 )
 from labkit.server.wscore.connection_jobs import (
     Action,
-    Append,
     Arrive,
     Ended,
     EndedResponse,
     Finished,
     HeldInput,
+    InputReady,
+    Interrupt,
     Job,
     LaneState,
     Outcome,
@@ -291,25 +296,31 @@ class Connection:
         if not self.held.take(size):
             raise self._too_much(size, "Wait for the rollout to take what it was sent.")
         job.inputs.append(HeldInput(items, size))
-        return [Append(job, items)] if self.design.appended else []
+        return [InputReady(job)] if self.design.appended else []
 
-    def append_taken(self, job: Job) -> None:
-        """The rollout took the oldest input handed to it: it is no longer held here."""
-        self.held.give_back(job.inputs.popleft().size)
+    def take_input(self, job: Job) -> list[Any] | None:
+        """The oldest input handed to ``job``'s rollout, as sent, now taken (its bytes no longer
+        held); None if none waits."""
+        if not job.inputs:
+            return None
+        taken = job.inputs.popleft()
+        self.held.give_back(taken.size)
+        return taken.items
 
     # ------------------------------------------------------------ steering
 
     def steer(self, payload: dict[str, Any], size: int | None = None) -> list[Action]:
         """A ``response.steer`` (its frame ``size`` bytes, measured from ``payload`` if not given):
-        accepted onto its target, or failed with the input returned."""
+        accepted onto its target (a running one is interrupted: ``Interrupt``), or failed with the
+        input returned."""
         size = len(safejson.dumps(payload)) if size is None else size
         target, raw = payload.get("previous_response_id"), payload.get("input")
         try:
             target, items = steering.parse_steer(payload)
             job = self.active.get(target)
             if job is not None:
-                accepted = self._accept(job.steers, target, items, raw, size, job.lane, job.not_steerable)
-                return [Send(accepted)]
+                steer = self._accept(job.steers, target, items, raw, size, job.not_steerable)
+                return [self._accepted(steer, job.lane), Interrupt(job, steer.id)]
             ended = self.ended.get(target)
             if ended is None:
                 raise steering.SteerRefused(
@@ -317,8 +328,8 @@ class Connection:
                 )
             if ended.state is not Ended.WAITING:
                 raise steering.SteerRefused(_too_late(target, ended.state), ended.state.value)
-            accepted = self._accept(ended.waiting, target, items, raw, size, ended.lane, None)
-            return [Send(accepted), *self._pending([ended.waiting[-1]], ended)]
+            steer = self._accept(ended.waiting, target, items, raw, size, None)
+            return [self._accepted(steer, ended.lane), *self._pending([steer], ended)]
         except steering.SteerRefused as refused:
             known = self.active.get(target) or self.ended.get(target) if isinstance(target, str) else None
             lane = known.lane if known is not None else None
@@ -340,9 +351,9 @@ class Connection:
         items: list[Item],
         raw: Any,
         size: int,
-        lane: Lane,
         not_steerable: str | None,
-    ) -> dict[str, Any]:
+    ) -> Steer:
+        """The steer queued on its target, its bytes held; refused (``SteerRefused``) past a bound."""
         if not_steerable is not None:
             raise steering.SteerRefused(NOT_STEERABLE[not_steerable], steering.STEERING_NOT_SUPPORTED)
         if len(queue) >= self.max_pending_steers:
@@ -359,7 +370,10 @@ class Connection:
             )
         steer = Steer(new_id("steer"), target, items, raw, size)
         queue.append(steer)
-        return steering.accepted(steer.id, target, self._number(), lane)
+        return steer
+
+    def _accepted(self, steer: Steer, lane: Lane) -> Send:
+        return Send(steering.accepted(steer.id, steer.target, self._number(), lane))
 
     def _pending(self, steers: list[Steer], ended: EndedResponse) -> list[Action]:
         return [

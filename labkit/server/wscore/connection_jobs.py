@@ -1,7 +1,11 @@
 """What a WebSocket-mode connection holds and what it answers with, as plain data: the jobs on
-its lanes, the steering input it has accepted, the responses it remembers as ended, the actions
-it returns (``Send``, ``Start``, ``Append``, ``Arrive``) and the outcomes it is fed (``Finished``,
-``Failed``). The rules that move them are ``labkit.server.wscore.connection``'s.
+its lanes, the steering input it has accepted, the input handed to a running rollout, the
+responses it remembers as ended, the actions it returns (``Send``, ``Start``, ``Interrupt``,
+``InputReady``, ``Arrive``) and the outcomes it is fed (``Finished``, ``Failed``). The rules that
+move them are ``labkit.server.wscore.connection``'s.
+
+The I/O layer reads a ``Job`` for what it is to run (its lane, its body, the cache's answer), never
+for what the core keeps on it meanwhile (its steers, its held input): that reaches it as actions.
 """
 
 from __future__ import annotations
@@ -54,17 +58,13 @@ class Job:
     response_id: str | None = None  # once created
     steers: list[Steer] = field(default_factory=list)  # accepted for this response while it runs
     not_steerable: str | None = None  # why it cannot be steered (a key of connection.NOT_STEERABLE)
-    # Input handed to it (response.append or response.inject, as sent) and not yet taken.
+    # Input handed to it (response.append or response.inject, as sent) and not yet taken: the one
+    # place it is kept until ``Connection.take_input`` gives it to the rollout.
     inputs: deque[HeldInput] = field(default_factory=deque)
 
     @property
     def stream_id(self) -> str | None:
         return self.lane
-
-    @property
-    def steer_requested(self) -> bool:
-        """Read by the sampler at each safe output boundary: stop here for steering input."""
-        return bool(self.steers)
 
 
 class Ended(Enum):
@@ -103,22 +103,33 @@ class Start:
 
 
 @dataclass(frozen=True)
-class Append:
+class Interrupt:
+    """A steer was accepted for ``job``, which is running: stop it at its next safe output boundary
+    (``labkit.server.stages.sampling.SAFE_BOUNDARIES``). ``steer`` is the accepted steer's id."""
+
     job: Job
-    items: list[Any]
+    steer: str
+
+
+@dataclass(frozen=True)
+class InputReady:
+    """Input was handed to the appended rollout ``job`` is running: wake it, if it waits, to take
+    it from the connection (``Connection.take_input``)."""
+
+    job: Job
 
 
 @dataclass(frozen=True)
 class Arrive:
-    """A ``response.steer`` that takes effect once it has crossed the network (the uplink a
-    create pays as a stage of its own): then hand it to ``Connection.steer``, with its frame's
-    ``size`` in bytes."""
+    """A ``response.steer`` that takes effect once it has crossed the network (the uplink stage a
+    create pays too): then hand it to ``Connection.steer``, with its frame's ``size`` in bytes.
+    The crossing is a span of the response the steer interrupts, if it interrupts one."""
 
     payload: dict[str, Any]
     size: int
 
 
-Action = Send | Start | Append | Arrive
+Action = Send | Start | Interrupt | InputReady | Arrive
 
 
 @dataclass(frozen=True)

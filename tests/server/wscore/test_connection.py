@@ -1,8 +1,8 @@
 """WebSocket mode's rules, checked on the I/O-free ``Connection`` alone: no socket, no event loop.
 
 Each test feeds the connection what a client sent and what its responses did, and reads back
-what it answers (``Send``, ``Start``, ``Append``, ``Arrive``). The wire itself is checked by
-the real-socket tests (server/test_websocket_wire.py, server/test_websocket.py,
+what it answers (``Send``, ``Start``, ``Interrupt``, ``InputReady``, ``Arrive``). The wire itself
+is checked by the real-socket tests (server/test_websocket_wire.py, server/test_websocket.py,
 api/test_steering.py).
 """
 
@@ -29,10 +29,11 @@ from labkit.server.stores.store import ResponseStore
 from labkit.server.wscore.connection import Connection
 from labkit.server.wscore.connection_jobs import (
     Action,
-    Append,
     Arrive,
     Failed,
     Finished,
+    InputReady,
+    Interrupt,
     Job,
     Send,
     Start,
@@ -206,14 +207,23 @@ def test_a_design_without_the_connection_cache_holds_nothing() -> None:
 # ---------------------------------------------------------------- steering
 
 
-def steer(conn: Connection, target: Any = "resp_1", **fields: Any) -> list[dict[str, Any]]:
+def steered(conn: Connection, target: Any = "resp_1", **fields: Any) -> list[Action]:
     """A steer frame: it arrives (after the uplink, in the asyncio layer), then is answered."""
     payload = {"type": "response.steer", "previous_response_id": target, "input": "Use tabs.", **fields}
     if target is None:
         del payload["previous_response_id"]
     [arrive] = conn.receive(json.dumps(payload))
     assert isinstance(arrive, Arrive)
-    return sent(conn.steer(arrive.payload))
+    return conn.steer(arrive.payload)
+
+
+def steer(conn: Connection, target: Any = "resp_1", **fields: Any) -> list[dict[str, Any]]:
+    """The events a steer is answered with."""
+    return sent(steered(conn, target, **fields))
+
+
+def interrupts(actions: list[Action]) -> list[Interrupt]:
+    return [a for a in actions if isinstance(a, Interrupt)]
 
 
 def running(conn: Connection, response_id: str = "resp_1", **fields: Any) -> Job:
@@ -240,23 +250,51 @@ INVALID_STEERS = [
 @pytest.mark.parametrize("fields", INVALID_STEERS)
 def test_invalid_steering_input_is_returned_unaccepted(fields: dict[str, Any]) -> None:
     conn = Connection(WEBSOCKET)
-    job = running(conn)
-    [event] = steer(conn, **fields)
+    running(conn)
+    answer = steered(conn, **fields)
+    [event] = sent(answer)
     assert event["type"] == "response.steer.failed"
     assert event["error"]["code"] == "invalid_input" and event["error"]["type"] == "invalid_request_error"
     assert "id" not in event["steer"], "no id was given to it"
     # Input that is not steering input is not returned: the SDK's event type would not take it.
     assert event["steer"]["input"] == ("" if "input" in fields else "Use tabs.")
-    assert not job.steer_requested
+    assert interrupts(answer) == [], "nothing to stop for"
 
 
 def test_a_steer_is_accepted_onto_its_running_target_on_its_lane() -> None:
     conn = Connection(WEBSOCKET)
     job = running(conn, stream_id="a")
-    [event] = steer(conn)
+    answer = steered(conn)
+    [event] = sent(answer)
     assert event["type"] == "response.steer.accepted" and event["stream_id"] == "a"
     assert event["steer"]["previous_response_id"] == "resp_1" and event["steer"]["id"].startswith("steer_")
-    assert job.steer_requested
+    # The I/O layer learns to stop the target from the answer, not by reading the job.
+    assert interrupts(answer) == [Interrupt(job, event["steer"]["id"])]
+    assert answer.index(interrupts(answer)[0]) > 0, "accepted is said first"
+
+
+def test_each_steer_accepted_for_a_running_response_interrupts_it_and_no_other() -> None:
+    conn = Connection(WEBSOCKET)
+    job, other = running(conn, stream_id="a"), running(conn, "resp_2", stream_id="b")
+    answers = [steered(conn), steered(conn)]
+    assert [i.job for answer in answers for i in interrupts(answer)] == [job, job]
+    assert other not in [i.job for answer in answers for i in interrupts(answer)]
+
+
+def test_a_steer_for_a_response_that_waits_for_its_calls_interrupts_nothing() -> None:
+    conn = Connection(WEBSOCKET)
+    run(conn, one_start(create(conn)), "resp_1", "completed", CALLS)
+    answer = steered(conn)
+    assert [e["type"] for e in sent(answer)] == ["response.steer.accepted", "response.steer.pending"]
+    assert interrupts(answer) == [], "it is not running: its input waits for the continuation"
+
+
+@pytest.mark.parametrize("design", ["appended", "sprint"])
+def test_a_refused_steer_interrupts_nothing(design: str) -> None:
+    conn = Connection(compose(design))
+    running(conn)
+    answer = steered(conn)
+    assert sent(answer)[0]["error"]["code"] == "steering_not_supported" and interrupts(answer) == []
 
 
 @pytest.mark.parametrize(
@@ -401,10 +439,22 @@ def inject(conn: Connection, target: Any = "resp_1", items: Any = None, **fields
 def test_an_inject_goes_to_the_rollout_it_names_on_any_lane_as_sent() -> None:
     conn = Connection(APPENDED, inject=True)
     job = running(conn, stream_id="lane-a")
-    [action] = inject(conn)
-    assert isinstance(action, Append) and action.job is job and action.items == [OUTPUT]
-    conn.append_taken(job)
-    assert list(job.inputs) == []
+    assert inject(conn) == [InputReady(job)]
+    assert conn.take_input(job) == [OUTPUT], "taken as sent"
+    assert conn.take_input(job) is None, "and only once"
+
+
+def test_input_handed_to_a_rollout_is_kept_once_in_the_core_and_taken_in_order() -> None:
+    conn = Connection(APPENDED, inject=True)
+    job = running(conn)
+    first, second = [OUTPUT], [{**OUTPUT, "output": "43"}]
+    sizes = [len(frame("response.inject", response_id="resp_1", input=items)) for items in (first, second)]
+    assert inject(conn, items=first) + inject(conn, items=second) == [InputReady(job), InputReady(job)]
+    assert conn.held.held == sum(sizes), "the bytes it holds, until it is taken"
+    assert conn.take_input(job) == first and conn.held.held == sizes[1]
+    assert conn.take_input(job) == second and conn.held.held == 0
+    assert conn.take_input(job) is None and conn.held.held == 0
+    assert sent(conn.finished(job, Finished(conversation("resp_1"), "completed"))) == [], "none returned"
 
 
 @pytest.mark.parametrize(
@@ -476,7 +526,7 @@ def test_input_a_response_ends_without_taking_is_returned(outcome: Any) -> None:
 def test_injects_sent_ahead_are_kept_up_to_a_point() -> None:
     conn = Connection(APPENDED, inject=True, max_queued=2)
     job = running(conn)
-    assert [type(a) for a in inject(conn) + inject(conn)] == [Append, Append]
+    assert [type(a) for a in inject(conn) + inject(conn)] == [InputReady, InputReady]
     assert error_code(inject(conn)) == ("websocket_queue_full", None)
     assert len(job.inputs) == 2
 

@@ -180,7 +180,7 @@ def test_injected_input_is_held_until_the_rollout_takes_it_or_returns_it() -> No
     )
     conn.receive(frame)
     assert conn.held.held == len(frame)
-    conn.append_taken(start.job)
+    assert conn.take_input(start.job) == [{"role": "user", "content": "x"}]
     assert conn.held.held == 0
     conn.receive(frame)
     [returned] = [a.event for a in conn.finished(start.job, Failed()) if isinstance(a, Send)]

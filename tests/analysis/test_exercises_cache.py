@@ -117,6 +117,12 @@ class WrongType(Solution):
         return None if entry is None else response_id(entry)
 
 
+class Trimming(Solution):
+    def keep(self, lane: Any, entry: Any) -> None:
+        del entry.items[:-1]  # only the latest item, to save memory: the history is gone
+        super().keep(lane, entry)
+
+
 class Shared(Solution):
     everything: ClassVar[dict[str, Any]] = {}  # on the class: every connection's entries in one place
 
@@ -147,6 +153,10 @@ MISTAKES = {
     Hanging: "Checked your connection cache: your Hanging.serve did not return within 0.5 s and was stopped, "
     "on create 2 of its connection; labkit's cache served that connection from then on "
     "(on 4 of the check's connections).",
+    Trimming: "Checked your connection cache: your Trimming.serve returned an entry changed since keep was "
+    "given it (its items: 2 when it was kept, 1 when it was served; the next turn is built from it, so keep "
+    "it as it is), on create 2 of its connection; labkit's cache served that connection from then on "
+    "(on 3 of the check's connections).",
     Shared: "Checked your connection cache: a second connection named the first one's response and your "
     "cache handed it over: entries must stay with their connection (keep them on self, not on the class).",
 }

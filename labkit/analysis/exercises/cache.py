@@ -4,8 +4,9 @@ The learner writes the class a WebSocket connection asks once per ``response.cre
 same three methods labkit's own has (``serve``, ``keep``, ``failed``). A server started with it
 (``lab.server(connection_cache=MyCache)``, i.e. ``labkit serve --connection-cache``) gives every
 WebSocket connection an instance, behind a guard: a method that raises, hangs, or hands over
-an entry that is not the one asked for is stopped there, and the connection goes on with
-labkit's cache (docs/protocol.md, "A learner's connection cache").
+an entry that is not the one asked for, or one changed since it was kept (its history trimmed,
+say), is stopped there, and the connection goes on with labkit's cache (docs/protocol.md, "A
+learner's connection cache").
 
 ``check_connection_cache`` drives the official SDK's ``responses.connect()`` through the
 contract's cases and reads, in each response's trace, where its history came from: one

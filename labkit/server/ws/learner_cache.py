@@ -13,7 +13,12 @@ checks every call into the learner's code:
   ``call_within``);
 - it must not raise;
 - ``serve`` must return None or an entry ``keep`` gave this very connection, the one whose id
-  it was asked for (never another connection's, never another response's).
+  it was asked for (never another connection's, never another response's), as it was given:
+  not changed since (``fingerprint``, taken when it is kept and compared when it is served).
+
+The learner is handed its own copy of each entry (``handed``: the entry and its lists and dicts,
+not the items in them), so what its code does to an entry's attributes or history list never
+reaches the fallback's.
 
 The first call that breaks one of those is the connection's *fault*: the connection drops the
 learner's instance and goes on with the fallback, which holds everything it was given, so
@@ -34,11 +39,12 @@ the WebSocket loop puts it in the next response's trace (the hydration span's
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -129,6 +135,69 @@ def load_class(spec: str) -> type:
     return found
 
 
+# ---------------------------------------------------------------- an entry as it was kept
+
+Fingerprint = dict[str, tuple[int, int | None, int | None]]
+
+
+def handed(entry: Entry) -> Entry:
+    """The learner's own copy of ``entry``: a new object whose lists and dicts are copies too (the
+    items in them are shared: no text is copied), so that nothing the learner's code does to its
+    attributes or its history list reaches labkit's cache, which keeps the entry itself.
+
+    >>> from types import SimpleNamespace
+    >>> kept = SimpleNamespace(items=[{"role": "user"}]); theirs = handed(kept)
+    >>> theirs.items.clear(); len(kept.items), theirs.items is kept.items
+    (1, False)
+    """
+    if not hasattr(entry, "__dict__"):
+        return entry  # a value without attributes (a test's str): nothing in it can change
+    twin = copy.copy(entry)
+    for name, value in list(vars(twin).items()):
+        if isinstance(value, (list, dict)):
+            setattr(twin, name, copy.copy(value))
+    return twin
+
+
+def fingerprint(entry: object) -> Fingerprint:
+    """What an entry holds, cheaply: per attribute, which object it is, its size, and for a list
+    which members it holds, by identity. It reads no text (one pass over the history's items, the
+    cost of copying the list), so an item edited in place is not seen; anything else is.
+
+    >>> from types import SimpleNamespace
+    >>> entry = SimpleNamespace(items=[{"role": "user"}], model="m")
+    >>> kept = fingerprint(entry); del entry.items[:]
+    >>> changed(kept, fingerprint(entry))
+    'its items: 1 when it was kept, 0 when it was served'
+    """
+    parts: Fingerprint = {}
+    for name, value in getattr(entry, "__dict__", {}).items():
+        size = len(value) if isinstance(value, Sized) else None
+        members = hash(tuple(map(id, value))) if isinstance(value, list) else None
+        parts[name] = (id(value), size, members)
+    return parts
+
+
+def changed(kept: Fingerprint, now: Fingerprint) -> str | None:
+    """What changed between two fingerprints of an entry, in a few words; None if nothing did
+    (an attribute the learner added is no change to what the server reads).
+
+    >>> changed({"items": (1, 2, 3)}, {"items": (4, 2, 3)})
+    'its items were replaced'
+    """
+    for name, (identity, size, members) in kept.items():
+        if name not in now:
+            return f"its {name} were deleted"
+        identity_now, size_now, members_now = now[name]
+        if identity_now != identity:
+            return f"its {name} were replaced"
+        if size_now != size:
+            return f"its {name}: {size:,} when it was kept, {size_now:,} when it was served"
+        if members_now != members:
+            return f"its {name} were changed in place"
+    return None
+
+
 # ---------------------------------------------------------------- the deadline
 
 
@@ -197,9 +266,11 @@ class GuardedCache(Generic[Entry]):
         self.owner = learner_class.__name__
         self.fallback: ConnectionCache[Entry] = ConnectionCache(ids=ids)
         self._id, self._kinds, self.deadline_s = ids, kinds, deadline_s
-        # Every entry this connection kept, by id, while anything (the learner's cache) holds it.
+        # The learner's copy of every entry this connection kept, by id, while the learner holds it,
+        # and each one's fingerprint when it was kept.
         self._kept: weakref.WeakValueDictionary[object, Any] = weakref.WeakValueDictionary()
         self._strong: dict[object, Any] = {}  # entries that cannot be weakly referenced (tests' str)
+        self._prints: dict[object, Fingerprint] = {}
         self.creates = 0
         self.fault: CacheFault | None = None
         self._reported = False
@@ -240,12 +311,17 @@ class GuardedCache(Generic[Entry]):
 
     def keep(self, lane: Lane, conversation: Entry) -> None:
         self.fallback.keep(lane, conversation)
+        if self.learner is None:
+            return
+        theirs, key = handed(conversation), self._id(conversation)
         try:
-            self._kept[self._id(conversation)] = conversation
+            self._kept[key] = theirs
         except TypeError:
-            self._strong[self._id(conversation)] = conversation
-        if self.learner is not None:
-            self._ask("keep", lane, conversation)
+            self._strong[key] = theirs
+        for gone in [k for k in self._prints if k not in self._kept and k not in self._strong]:
+            del self._prints[gone]  # the learner let go of it: it can never be served again
+        self._prints[key] = fingerprint(theirs)  # before the learner's keep: it may change it there
+        self._ask("keep", lane, theirs)
 
     def failed(self, lane: Lane, previous_response_id: object) -> None:
         self.fallback.failed(lane, previous_response_id)
@@ -265,6 +341,12 @@ class GuardedCache(Generic[Entry]):
             return (
                 f"returned an entry for {asked} that this connection never kept (another connection's: "
                 "are the entries kept on the class instead of on self?)"
+            )
+        what = changed(self._prints.get(given, {}), fingerprint(theirs))
+        if what is not None:
+            return (
+                f"returned an entry changed since keep was given it ({what}; the next turn is built "
+                "from it, so keep it as it is)"
             )
         return None
 

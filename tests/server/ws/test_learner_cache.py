@@ -14,6 +14,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -72,6 +73,12 @@ class WrongType(Right):
 class WrongEntry(Right):
     def serve(self, previous_response_id):
         return next(iter(self.latest.values()), None)  # whatever it holds, asked for it or not
+
+
+class Trimming(Right):
+    def keep(self, lane, entry):
+        del entry.items[:-1]  # only the latest item, "to save memory": the history is gone
+        super().keep(lane, entry)
 
 
 class SharedByClass(Right):
@@ -233,6 +240,21 @@ def test_another_connections_entry_is_never_served(serving: Any) -> None:
     )
 
 
+def test_an_entry_changed_after_keep_is_a_fault_and_labkits_copy_serves_it_whole(serving: Any) -> None:
+    server = serving("Trimming")
+    _, follow_up = two_turns(server, store=False)  # only memory holds the first response
+    assert follow_up.status == "completed"
+    span = hydration(server, follow_up)
+    assert span["detail"]["source"] == "connection_cache"
+    assert span["detail"]["learner_cache"] == "labkit's"
+    assert span["detail"]["cache_fault"] == (
+        "Trimming.serve returned an entry changed since keep was given it (its items: 2 when it was kept, "
+        "1 when it was served; the next turn is built from it, so keep it as it is), on create 2 of its "
+        "connection; labkit's cache served that connection from then on."
+    )
+    assert span["items"] == 2  # labkit's entry was never the learner's to trim: question and answer
+
+
 # ---------------------------------------------------------------- loading, once, at start
 
 
@@ -304,6 +326,31 @@ def test_off_the_main_thread_the_deadline_abandons_the_call() -> None:
     thread.join(5)
     stop.set()  # the abandoned call would otherwise spin in this process for good
     assert caught and isinstance(caught[0], TooSlow)
+
+
+class Replacing:
+    def __init__(self) -> None:
+        self.kept: dict[str, Any] = {}
+
+    def serve(self, previous_response_id: str) -> Any:
+        return self.kept.get(previous_response_id)
+
+    def keep(self, lane: Any, entry: Any) -> None:
+        entry.items = entry.items[-1:]  # a new list on the learner's copy
+        self.kept[entry.id] = entry
+
+    def failed(self, lane: Any, previous_response_id: Any) -> None:
+        pass
+
+
+def test_an_attribute_replaced_after_keep_is_a_fault_and_never_reaches_labkits_entry() -> None:
+    cache = GuardedCache(Replacing, ids=lambda entry: entry.id, kinds=SimpleNamespace)
+    kept = SimpleNamespace(id="resp_1", items=[{"role": "user"}, {"role": "assistant"}])
+    cache.keep("a", kept)
+    assert cache.serve("resp_1") is kept  # labkit's own entry, whole
+    assert cache.fault is not None and cache.fault.method == "serve"
+    assert cache.fault.problem.startswith("returned an entry changed since keep was given it (its items were")
+    assert len(kept.items) == 2 and not cache.yours
 
 
 def test_the_guard_turns_system_exit_into_a_fault() -> None:

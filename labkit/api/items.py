@@ -82,3 +82,17 @@ ITEM_MODELS: dict[str, type[BaseModel]] = {
     "compaction": CompactionItem,
     "item_reference": ItemReference,
 }
+
+
+def replayable(item: Item) -> Item:
+    """An output item as a client sends it back in the next request's input: a call's name,
+    id and arguments, a message's role and content (the server's ids and statuses left out).
+
+    >>> replayable({"type": "message", "id": "msg_1", "status": "completed", "role": "user", "content": []})
+    {'type': 'message', 'role': 'user', 'content': []}
+    """
+    if item["type"] == "function_call":
+        keys: tuple[str, ...] = ("type", "call_id", "name", "arguments")
+    else:
+        keys = ("type", "role", "content")
+    return {key: item[key] for key in keys if key in item}

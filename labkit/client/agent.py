@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from labkit.api.extensions import SCENARIO_KEY, TRACES_PATH
-from labkit.api.items import Item
+from labkit.api.items import Item, replayable
 from labkit.api.owners import NAME_KEY
 from labkit.client.records import ToolRun, TurnRecord
 from labkit.client.room import client_key
@@ -122,7 +122,7 @@ def run_rollout(
             )
             result = _turn_or_resend(transport, request)
             record = _record(design, turn, result)
-            outputs = [_replayable(item) for item in result.output]
+            outputs = [replayable(item) for item in result.output]
             new = []
             for item in outputs:
                 if item["type"] == "function_call":
@@ -183,15 +183,6 @@ def _record(design: str, turn: int, result: TurnResult) -> TurnRecord:
         calls=[i["name"] for i in result.output if i["type"] == "function_call"],
         usage=result.usage,
     )
-
-
-def _replayable(item: Item) -> Item:
-    """An output item as a client replays it in the next request's input."""
-    if item["type"] == "function_call":
-        keys = ("type", "call_id", "name", "arguments")
-    else:
-        keys = ("type", "role", "content")
-    return {k: item[k] for k in keys if k in item}
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from openai import OpenAI
 
 from labkit.api.extensions import DESIGN_HEADER, SCENARIO_KEY
-from labkit.api.items import Item
+from labkit.api.items import Item, replayable
 from labkit.client.agent import MAX_TURNS, Toolbox
 from labkit.client.room import client_key
 from labkit.scenarios import Scenario
@@ -32,13 +32,6 @@ class Conversation:
     @property
     def items(self) -> list[Item]:
         return [item for batch in self.batches for item in batch]
-
-
-def _as_input(item: Item) -> Item:
-    """An output item as the client sends it back in the next request's input."""
-    call = item["type"] == "function_call"
-    keys = ("type", "call_id", "name", "arguments") if call else ("type", "role", "content")
-    return {key: item[key] for key in keys if key in item}
 
 
 def rollout_conversation(base_url: str, scenario: Scenario, model: str = "labkit-burst") -> Conversation:
@@ -63,7 +56,7 @@ def rollout_conversation(base_url: str, scenario: Scenario, model: str = "labkit
                     metadata={SCENARIO_KEY: scenario.name},
                     prompt_cache_key=cache_key,
                 )
-                outputs = [_as_input(item.model_dump(mode="json")) for item in response.output]
+                outputs = [replayable(item.model_dump(mode="json")) for item in response.output]
                 results = [
                     {
                         "type": "function_call_output",

@@ -91,13 +91,25 @@ class Step:
 
 
 class Plan(Mapping[Stage, Step]):
-    """Every stage's ``Step`` under one design, in the order a response meets the stages."""
+    """Every stage's ``Step`` under one design, in the order a response meets the stages.
 
-    def __init__(self, steps: dict[Stage, Step]) -> None:
-        missing = [s for s in Stage if s not in steps]
-        if missing:
-            raise ValueError(f"a plan needs every stage; missing: {', '.join(missing)}")
-        self._steps = {stage: steps[stage] for stage in Stage}
+    ``steps`` names the stages the design decides. Any other stage takes its phase's default, here
+    and nowhere else: after inference (after decode, in ``Stage`` order), the response's last
+    segment, which is every turn but in an appended rollout, whose one response ends on its last
+    turn (``after_inference``: ``plan_of``'s ``post``); before it, every turn. So a new stage needs
+    no line in ``plan_of`` unless some design treats it differently.
+
+    >>> plan = Plan({Stage.RENDER: Step(Runs.EVERY_TURN, Over.NEW)}, after_inference=Runs.LAST_TURN)
+    >>> str(plan[Stage.RENDER]), str(plan[Stage.INPUT_SAFETY]), str(plan[Stage.BILLING])
+    ('every turn, over the new items', 'every turn', 'last turn')
+    """
+
+    def __init__(self, steps: Mapping[Stage, Step], *, after_inference: Runs = Runs.EVERY_TURN) -> None:
+        after = Step(after_inference)
+        self._steps = {
+            stage: steps.get(stage) or (after if _after_inference(stage) else Step(Runs.EVERY_TURN))
+            for stage in Stage
+        }
 
     def __getitem__(self, stage: Stage) -> Step:
         return self._steps[stage]
@@ -109,16 +121,24 @@ class Plan(Mapping[Stage, Step]):
         return len(self._steps)
 
     def stages_on(self, turn: int, last: bool, *, store: bool = False) -> list[Stage]:
-        """The stages a rollout's turn runs, in order.
+        """The stages a rollout's turn runs, in order. An appended rollout's later turn runs
+        neither the door's stages nor what its waiting response holds, nor what waits for its end:
 
-        >>> [str(s) for s in APPENDED.plan.stages_on(1, last=False)]
-        ['uplink', 'validation', 'input_safety', 'render', 'downlink', 'queue', 'prefill', 'decode']
+        >>> first, later = (APPENDED.plan.stages_on(t, last=False) for t in (0, 1))
+        >>> [str(s) for s in first if s not in later], later[-1]
+        (['connect', 'upgrade', 'auth', 'hydration', 'routing'], <Stage.DECODE: 'decode'>)
         """
         return [
             stage
             for stage, step in self._steps.items()
             if step.runs_on(turn, last) and (store or not step.stored_only)
         ]
+
+
+def _after_inference(stage: Stage) -> bool:
+    """Whether ``stage`` comes after inference (after decode, in ``Stage`` order)."""
+    order = list(Stage)
+    return order.index(stage) > order.index(Stage.DECODE)
 
 
 # ---------------------------------------------------------------- designs
@@ -174,7 +194,8 @@ DEFAULT_WEBSOCKET = WEBSOCKET
 
 
 def plan_of(d: Design) -> Plan:
-    """The one place that says what each mechanism changes, stage by stage."""
+    """The one place that says what each mechanism changes, stage by stage (a stage it leaves out
+    takes its phase's default: ``Plan``)."""
     socket = d.transport == "websocket"
     # An appended rollout's later segments skip the pre-inference work that the
     # paused response already holds, and its post-inference work waits for the end.
@@ -206,7 +227,8 @@ def plan_of(d: Design) -> Plan:
             Stage.RETAIN: Step(post, Over.OUTPUT),
             Stage.STORAGE: Step(post, Over.OUTPUT, stored_only=True),
             Stage.BILLING: Step(post, overlapped=d.overlapped_billing),
-        }
+        },
+        after_inference=post,
     )
 
 

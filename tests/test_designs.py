@@ -34,7 +34,9 @@ from labkit.designs import (
     Design,
     DesignSpecError,
     Over,
+    Plan,
     Runs,
+    Step,
     compose,
 )
 from tests.helpers import auth_headers, by_stage, server_spans, two_http_turns
@@ -190,6 +192,23 @@ def test_other_parts_change_their_own_stages_only() -> None:
     assert fast[Stage.INPUT_SAFETY].saved_by == "fast classifier"
     assert fast[Stage.INPUT_SAFETY].over is Over.HISTORY  # still the whole history over HTTP
     assert compose("appended+no_appended").plan == WEBSOCKET.plan
+
+
+def test_a_stage_the_plan_does_not_name_takes_its_phases_default() -> None:
+    """Before inference, every turn; after it, the response's last segment: every turn, or an
+    appended rollout's last turn. A new stage needs no line in ``plan_of``."""
+    unnamed = (Stage.INPUT_SAFETY, Stage.OUTPUT_SAFETY)
+    for design in DESIGNS.values():
+        steps = {stage: step for stage, step in design.plan.items() if stage not in unnamed}
+        post = Runs.LAST_TURN if design.appended else Runs.EVERY_TURN
+        plan = Plan(steps, after_inference=post)
+        assert plan[Stage.INPUT_SAFETY] == Step(Runs.EVERY_TURN), design.name
+        assert plan[Stage.OUTPUT_SAFETY] == Step(post), design.name
+        assert list(plan) == list(Stage)  # every stage, in order
+        assert {s: plan[s] for s in Stage if s not in unnamed} == steps  # the named ones as named
+        assert (Stage.OUTPUT_SAFETY in plan.stages_on(1, last=False)) is not design.appended
+        assert Stage.INPUT_SAFETY in plan.stages_on(1, last=False)
+    assert Plan({})[Stage.BILLING] == Step(Runs.EVERY_TURN)  # after inference, by default: every turn
 
 
 def test_transport_follows_the_composed_fields() -> None:

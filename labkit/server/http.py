@@ -22,10 +22,10 @@ from labkit.server.edge.network import drop_if_stuck, transport_of
 from labkit.server.edge.outbox import Outbox, SlowReader
 from labkit.server.requested_design import requested_design
 from labkit.server.stages.compaction_pass import compact
+from labkit.server.stages.door import Door
 from labkit.server.stages.pipeline import Pipeline
 from labkit.server.stages.responder import CLIENT_TOO_SLOW, StreamFailed, cut, failed_event, prepare, respond
 from labkit.server.stages.response_run import ResponseRun
-from labkit.server.stores.traces import Trace
 
 
 def pipeline_of(request: Request) -> Pipeline:
@@ -125,12 +125,12 @@ async def open_run(request: Request) -> tuple[Pipeline, ResponseRun]:
     """What every request that runs the model opens with (a create, a compaction): the design
     it asks for, its connection (new, or kept alive), the uplink and the key check."""
     pipeline = pipeline_of(request)
-    trace = Trace()
+    door = Door(client=address_of(request), authorization=request.headers.get("authorization"))
     design = requested_design(request.headers.get(DESIGN_HEADER), request.app.state.http_design)
-    await pipeline.connect(trace, address_of(request))
-    await pipeline.uplink(trace)
-    owner = await pipeline.authenticate(trace, request.headers.get("authorization"))
-    return pipeline, ResponseRun(design=design, owner=owner, trace=trace)
+    await pipeline.connect(door)
+    await pipeline.uplink(door.trace)
+    await pipeline.authenticate(door)
+    return pipeline, ResponseRun(design=design, owner=door.owner, trace=door.trace)
 
 
 # Every endpoint refuses by raising an ``APIError``: the app's one handler answers with it.

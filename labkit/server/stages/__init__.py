@@ -1,6 +1,6 @@
-"""The pipeline: a response's stages, in the order it meets them (``pipeline`` lists them: the
+"""The pipeline: a response's stages, in the order it meets them (``pipeline`` builds them: the
 network and the door, before inference, inference, after inference), the run that carries one
-response through them (``turn``: ``ResponseRun``), the one runner that walks them as the design's
+response through them (``response_run``: ``ResponseRun``), the one runner that walks them as the design's
 plan has them (``runner``), and the paths that call it: one response (``responder``), an appended
 rollout (``appended``), a compaction (``compaction_pass``).
 

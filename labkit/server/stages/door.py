@@ -7,11 +7,18 @@
     downlink      the network back to the client: one one-way delay, held before a segment's
                   first event, that every later event of the segment carries too
 
-Each stage is an object built with the profile entry (and the resources) it needs; calling it
-runs the stage for one request. ``labkit.server.stages.pipeline.Pipeline`` builds them.
+Each stage is an object built with the profile entry (and the resources) it needs;
+``labkit.server.stages.pipeline.Pipeline`` builds them. The door's stages (connect, upgrade, auth)
+come before a response's run exists, and over WebSocket once per connection: each is called with
+the request at the door (``Door``: its trace, its socket's address, its key), and auth writes the
+owner onto it. The network's two crossings are paid wherever a request or a segment's first event
+crosses, inside a connection too: uplink with the request's trace (a WebSocket create, an appended
+rollout's input, which do not pass the door again), downlink with the response's run.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from labkit.api.stages import Stage
 from labkit.engine import timing
@@ -22,17 +29,32 @@ from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stores.traces import Trace
 
 
+@dataclass
+class Door:
+    """A request at the door, before its response's run exists: what the door's stages read, and
+    the owner auth finds.
+
+    >>> door = Door(client=("127.0.0.1", 50123), authorization="Bearer sk-local")
+    >>> door.trace.spans, door.owner
+    ([], '')
+    """
+
+    trace: Trace = field(default_factory=Trace)
+    client: tuple[str, int] | None = None  # the socket's address: a keep-alive connection is known by it
+    new_connection: bool | None = None  # known to the transport (a WebSocket upgrade), or read off the socket
+    authorization: str | None = None  # the request's Authorization header
+    owner: str = ""  # the key's owner id, once auth has checked it
+
+
 class Connect:
     """Pay the handshakes if this request opened a connection (read off the real socket)."""
 
     def __init__(self, network: Network, connections: ConnectionTracker) -> None:
         self.network, self.connections = network, connections
 
-    async def __call__(
-        self, trace: Trace, client: tuple[str, int] | None, *, new: bool | None = None
-    ) -> None:
-        opened = self.connections.is_new(client) if new is None else new
-        with trace.stage(Stage.CONNECT, new_connection=opened):
+    async def __call__(self, door: Door) -> None:
+        opened = self.connections.is_new(door.client) if door.new_connection is None else door.new_connection
+        with door.trace.stage(Stage.CONNECT, new_connection=opened):
             if opened:
                 await timing.sleep(self.network.handshake_s())
 
@@ -43,8 +65,8 @@ class Upgrade:
     def __init__(self, network: Network) -> None:
         self.network = network
 
-    async def __call__(self, trace: Trace) -> None:
-        with trace.stage(Stage.UPGRADE):
+    async def __call__(self, door: Door) -> None:
+        with door.trace.stage(Stage.UPGRADE):
             await timing.sleep(self.network.rtt_ms / 1000)
 
 
@@ -60,16 +82,15 @@ class Uplink:
 
 
 class Authenticate:
-    """The real key check, plus the auth service hop; returns the owner id."""
+    """The real key check, plus the auth service hop; the owner id goes onto the door's request."""
 
     def __init__(self, auth: Auth, keys: Keys) -> None:
         self.auth, self.keys = auth, keys
 
-    async def __call__(self, trace: Trace, authorization: str | None) -> str:
-        with trace.stage(Stage.AUTH):
-            owner = self.keys.owner(authorization)
+    async def __call__(self, door: Door) -> None:
+        with door.trace.stage(Stage.AUTH):
+            door.owner = self.keys.owner(door.authorization)
             await timing.sleep(self.auth.hop_ms / 1000)
-        return owner
 
 
 class Downlink:

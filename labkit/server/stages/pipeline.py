@@ -1,15 +1,23 @@
-"""The API service's pipeline: its stages, listed in the order a response meets them.
+"""The API service's pipeline: its stages, and the resources they use.
 
-Each stage is a plain object (or, where it needs nothing but the run, a function), built here
-with what it needs: an entry of the latency profile, and the resources it reads or writes.
-``Pipeline`` holds the stages and those resources. The stages a response walks from validation on
-have one shape, a call with the response's run (``labkit.server.stages.runner.StageCall``), and
-are listed by name in ``Pipeline.stages``: the runner (``labkit.server.stages.runner``) runs those
-the design's plan names, in its order, for a response (``labkit.server.stages.responder``), an
-appended rollout's later segments (``labkit.server.stages.appended``) and a compaction pass
-(``labkit.server.stages.compaction_pass``). Two kinds are called by name instead: the door, which
-comes before a response's run exists (over WebSocket, once per connection), and inference, whose
-slot is held around prefill and decode (``labkit.server.stages.responder.infer``).
+``Pipeline`` holds the stages and those resources (stores, router, caches, billing). Three kinds of
+stage, each with the shape its place in a request gives it:
+
+- **The runner's**, from validation on (but the downlink and inference): one shape, a class that
+  names its stage, is built from the pipeline (``labkit.server.stages.runner.RunnerStage``) and is
+  called with the response's run. Each module lists its own (``STAGES``), and ``Pipeline.stages``
+  holds them all in ``Stage`` order: no line here for a new one. The runner
+  (``labkit.server.stages.runner``) runs those the design's plan names, in its order, for a response
+  (``labkit.server.stages.responder``), an appended rollout's later segments
+  (``labkit.server.stages.appended``) and a compaction pass (``labkit.server.stages.compaction_pass``).
+- **The door's** (connect, upgrade, auth), called by name with the request at the door
+  (``labkit.server.stages.door.Door``): they come before a response's run exists, and over
+  WebSocket once per connection; the network's uplink and downlink, paid inside a connection too,
+  take the request's trace and the response's run.
+- **Inference's** (queue, prefill, decode), called by name (``labkit.server.stages.responder.infer``):
+  the replica's slot must be held around prefill and decode and freed whatever ends them, so the
+  queue is a context manager; decode streams the segment's events through what its caller gives it
+  (a response's ``emit``, a compaction pass's own).
 
 The stages live with their kind: the network and the door (``labkit.server.stages.door``), before
 inference (``labkit.server.stages.pre_inference``), inference (``labkit.server.stages.sampling``), after
@@ -27,12 +35,11 @@ from labkit.engine.policies import GenericPolicy, Policy
 from labkit.profiles import Profile
 from labkit.server.edge.auth import Keys
 from labkit.server.edge.network import ConnectionTracker
+from labkit.server.stages import post_inference, pre_inference
 from labkit.server.stages.door import Authenticate, Connect, Downlink, Upgrade, Uplink
-from labkit.server.stages.post_inference import Bill, OutputSafety, Retain, Storage
-from labkit.server.stages.pre_inference import Hydration, InputSafety, Intermediary, Render, Routing, validate
 from labkit.server.stages.render_cache import Renderings
 from labkit.server.stages.routing import Router
-from labkit.server.stages.runner import StageCall
+from labkit.server.stages.runner import RunnerStage, StageCall, build_stages
 from labkit.server.stages.sampling import Emit, Queue, decode, prefill
 from labkit.server.stages.scripts import ScriptLibrary
 from labkit.server.stages.slots import EngineSlots, default_share
@@ -42,6 +49,9 @@ from labkit.server.stores.trace_stream import TraceFeed
 from labkit.server.stores.traces import TraceStore
 
 __all__ = ["Emit", "Pipeline"]
+
+#: The runner's stages, each module's own list: a new stage joins its module's ``STAGES``.
+RUNNER_STAGES: tuple[type[RunnerStage], ...] = (*pre_inference.STAGES, *post_inference.STAGES)
 
 
 class Pipeline:
@@ -79,26 +89,13 @@ class Pipeline:
         self.traces = traces or TraceStore()
         self.feed = TraceFeed()  # subscribers to finished responses' traces
 
-        # The network and the door, before a response's run exists: called with the request's trace.
+        # The network and the door, before a response's run exists: called with the request at the door.
         self.connect = Connect(profile.network, self.connections)
         self.upgrade = Upgrade(profile.network)
         self.uplink = Uplink(profile.network)
         self.authenticate = Authenticate(profile.auth, self.keys)
-        # The stages a runner walks, by name: each called with the response's run alone.
-        self.stages: dict[Stage, StageCall] = {
-            # Before inference:
-            Stage.VALIDATION: validate,
-            Stage.HYDRATION: Hydration(store),
-            Stage.INPUT_SAFETY: InputSafety(profile.safety),
-            Stage.RENDER: Render(self.renderings),
-            Stage.ROUTING: Routing(profile.routing, self.router),
-            Stage.INTERMEDIARY: Intermediary(profile.intermediary),
-            # After inference:
-            Stage.OUTPUT_SAFETY: OutputSafety(profile.safety),
-            Stage.RETAIN: Retain(self.renderings),
-            Stage.STORAGE: Storage(store),
-            Stage.BILLING: Bill(self.billing),
-        }
+        # The stages a runner walks, in ``Stage`` order: each built from this pipeline, called with the run.
+        self.stages: dict[Stage, StageCall] = build_stages(RUNNER_STAGES, self)
         # The way back, paid before a segment's first event (response.created, before inference):
         self.downlink = Downlink(profile.network)
         # Inference: the slot is held around prefill and decode (a context manager), and decode

@@ -5,9 +5,9 @@
     storage       the response and its items into SQLite (store=true)
     billing       one ledger row, blocking or overlapped with the next request
 
-Each is an object built with the profile entry and the resources it uses, then called with the
-response's run alone (``labkit.server.stages.runner.StageCall``);
-``labkit.server.stages.pipeline.Pipeline`` builds them, and the runner
+Each is a ``labkit.server.stages.runner.RunnerStage``: it names its stage, keeps the profile entry
+and the resources it uses, and is called with the response's run alone. ``STAGES`` lists them for
+``labkit.server.stages.pipeline.Pipeline`` to build, and the runner
 (``labkit.server.stages.runner``) says which run. ``charge`` is the run's ledger row, for the
 billing stage, for a compaction pass, and for a response that ended early
 (``bill_if_abandoned``).
@@ -17,18 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit import profiles
 from labkit.api.stages import Stage
 from labkit.engine import timing
 from labkit.engine.prefix_cache import CacheWork
 from labkit.engine.render import content_text
 from labkit.engine.safety import scan
 from labkit.server.stages.offload import off_loop_if_large
-from labkit.server.stages.render_cache import Renderings
 from labkit.server.stages.response_run import ResponseRun
+from labkit.server.stages.runner import Resources, RunnerStage
 from labkit.server.stages.sampling import settle
 from labkit.server.stores.billing import Billing, Charge
-from labkit.server.stores.store import ResponseStore
 
 
 def output_text(item: dict[str, Any]) -> str:
@@ -39,11 +37,13 @@ def output_text(item: dict[str, Any]) -> str:
     return str(item.get("arguments", ""))
 
 
-class OutputSafety:
+class OutputSafety(RunnerStage):
     """Scan the output's text; its tokens are the ones the model sampled (not tokenized again)."""
 
-    def __init__(self, safety: profiles.Safety) -> None:
-        self.safety = safety
+    stage = Stage.OUTPUT_SAFETY
+
+    def __init__(self, resources: Resources) -> None:
+        self.safety = resources.profile.safety
 
     async def __call__(self, run: ResponseRun) -> None:
         items = run.response["output"]
@@ -55,7 +55,7 @@ class OutputSafety:
             await timing.sleep(self.safety.cost_s(result.tokens, fast=run.design.fast_classifiers))
 
 
-class Retain:
+class Retain(RunnerStage):
     """Settle the outputs and keep the whole conversation's KV (and rendering) for next time.
 
     Proportional to what this turn added: the prefix cache hashes the blocks after the
@@ -63,8 +63,10 @@ class Retain:
     buffer (no copy), its running hash reading only the items it has not read yet.
     """
 
-    def __init__(self, renderings: Renderings) -> None:
-        self.renderings = renderings
+    stage = Stage.RETAIN
+
+    def __init__(self, resources: Resources) -> None:
+        self.renderings = resources.renderings
 
     async def __call__(self, run: ResponseRun) -> None:
         buffer = run.buffer
@@ -83,11 +85,13 @@ class Retain:
             )
 
 
-class Storage:
+class Storage(RunnerStage):
     """The response and its items into the store (run where the request asked for it: ``store``)."""
 
-    def __init__(self, store: ResponseStore) -> None:
-        self.store = store
+    stage = Stage.STORAGE
+
+    def __init__(self, resources: Resources) -> None:
+        self.store = resources.store
 
     async def __call__(self, run: ResponseRun) -> None:
         req = run.req
@@ -121,12 +125,14 @@ def charge(run: ResponseRun, status: str) -> Charge:
     )
 
 
-class Bill:
+class Bill(RunnerStage):
     """The billing stage, for the response's final status: blocking billing waits for the service;
     overlapped billing only queues the charge (the design's plan says which)."""
 
-    def __init__(self, billing: Billing) -> None:
-        self.billing = billing
+    stage = Stage.BILLING
+
+    def __init__(self, resources: Resources) -> None:
+        self.billing = resources.billing
 
     async def __call__(self, run: ResponseRun) -> None:
         overlapped = run.plan[Stage.BILLING].overlapped
@@ -136,6 +142,10 @@ class Bill:
                 self.billing.charge_later(row)
             else:
                 await self.billing.charge(row)
+
+
+#: This module's stages, for the pipeline to build (in any order: the plan orders them).
+STAGES: tuple[type[RunnerStage], ...] = (OutputSafety, Retain, Storage, Bill)
 
 
 def bill_if_abandoned(run: ResponseRun, billing: Billing) -> None:

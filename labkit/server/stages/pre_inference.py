@@ -9,18 +9,17 @@
                   model's context window (``labkit.server.stages.context_window``)
     intermediary  the hop through an intermediary service, where the design keeps it
 
-Any of them may refuse the request with an ``APIError``, before any event is sent. Each is called
-with the response's run alone (``labkit.server.stages.runner.StageCall``): a stage that needs
-nothing else is a function (``validate``); the others are objects built with the profile entry and
-the resources they use. ``labkit.server.stages.pipeline.Pipeline`` builds them; whether one runs is
-the runner's question (``labkit.server.stages.runner``), never the stage's.
+Any of them may refuse the request with an ``APIError``, before any event is sent. Each is a
+``labkit.server.stages.runner.RunnerStage``: it names its stage, keeps the profile entry and the
+resources it uses, and is called with the response's run alone. ``STAGES`` lists them for
+``labkit.server.stages.pipeline.Pipeline`` to build; whether one runs is the runner's question
+(``labkit.server.stages.runner``), never the stage's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from labkit import profiles
 from labkit.api.compaction import without_replaced
 from labkit.api.errors import invalid_request, model_not_found, previous_response_not_found
 from labkit.api.ids import new_id, new_item_id
@@ -34,12 +33,11 @@ from labkit.engine.catalogue import UnknownModel
 from labkit.engine.safety import classifier_texts, scan
 from labkit.server.stages.context_window import fit_window
 from labkit.server.stages.offload import off_loop_if_large
-from labkit.server.stages.render_cache import Renderings, append_rendered
+from labkit.server.stages.render_cache import append_rendered
 from labkit.server.stages.response_run import ResponseRun
-from labkit.server.stages.routing import Router
+from labkit.server.stages.runner import Resources, RunnerStage
 from labkit.server.stages.sampling import settle
 from labkit.server.stages.scripts import ScriptLibrary
-from labkit.server.stores.store import ResponseStore
 from labkit.server.stores.traces import TraceStore
 
 
@@ -57,20 +55,26 @@ def accept_create(run: ResponseRun, body: Any) -> list[Item]:
     return run.req.items
 
 
-async def validate(run: ResponseRun) -> None:
+class Validation(RunnerStage):
     """Check what the client sent (``ResponseRun.body``), all of it, and take it: the run's
     ``accept`` reads it onto the run (a create's body, unless the run says otherwise)."""
-    body, run.body = run.body, None
-    accept = run.accept or accept_create
-    with run.trace.stage(Stage.VALIDATION) as span:
-        span.items = len(accept(run, body))
+
+    stage = Stage.VALIDATION
+
+    async def __call__(self, run: ResponseRun) -> None:
+        body, run.body = run.body, None
+        accept = run.accept or accept_create
+        with run.trace.stage(Stage.VALIDATION) as span:
+            span.items = len(accept(run, body))
 
 
-class Hydration:
+class Hydration(RunnerStage):
     """The conversation so far: the connection cache's answer (``ResponseRun.parent``), or the store."""
 
-    def __init__(self, store: ResponseStore) -> None:
-        self.store = store
+    stage = Stage.HYDRATION
+
+    def __init__(self, resources: Resources) -> None:
+        self.store = resources.store
 
     async def __call__(self, run: ResponseRun) -> None:
         req = run.req
@@ -126,12 +130,14 @@ def unseen_input(run: ResponseRun) -> list[Item]:
     return run.items
 
 
-class InputSafety:
+class InputSafety(RunnerStage):
     """Scan the input it has not read (``unseen_input``) for real, then spend the modeled
     classifier time for what was scanned."""
 
-    def __init__(self, safety: profiles.Safety) -> None:
-        self.safety = safety
+    stage = Stage.INPUT_SAFETY
+
+    def __init__(self, resources: Resources) -> None:
+        self.safety = resources.profile.safety
 
     async def __call__(self, run: ResponseRun) -> None:
         items = unseen_input(run)
@@ -142,13 +148,15 @@ class InputSafety:
             await timing.sleep(self.safety.cost_s(result.tokens, fast=run.design.fast_classifiers))
 
 
-class Render:
+class Render(RunnerStage):
     """Tokenize only what no cache holds (``labkit.server.stages.render_cache``). An appended rollout
     that resumes goes on with its own buffer: the outputs it paused on, then what was appended;
     its model is known by then, so its prompt must fit the window here (``fit_window``)."""
 
-    def __init__(self, renderings: Renderings) -> None:
-        self.renderings = renderings
+    stage = Stage.RENDER
+
+    def __init__(self, resources: Resources) -> None:
+        self.renderings = resources.renderings
 
     async def __call__(self, run: ResponseRun) -> None:
         with run.trace.stage(Stage.RENDER) as span:
@@ -172,14 +180,16 @@ class Render:
             await fit_window(run)
 
 
-class Routing:
+class Routing(RunnerStage):
     """The model's configuration (a hop, unless the design caches it) and the replica: the
     connection's, or the router's pick; a follow-up from the connection cache reuses both.
     Then the rendered prompt must fit the model's context window (``fit_window``: refused, or
     truncated where the request allows it), before the response exists."""
 
-    def __init__(self, routing: profiles.Routing, router: Router) -> None:
-        self.routing, self.router = routing, router
+    stage = Stage.ROUTING
+
+    def __init__(self, resources: Resources) -> None:
+        self.routing, self.router = resources.profile.routing, resources.router
 
     async def __call__(self, run: ResponseRun) -> None:
         await self.resolve(run)
@@ -206,16 +216,22 @@ class Routing:
             span.detail["replica"] = run.replica.name
 
 
-class Intermediary:
+class Intermediary(RunnerStage):
     """The hop through an intermediary service (run where the design's plan keeps it)."""
 
-    def __init__(self, intermediary: profiles.Intermediary) -> None:
-        self.intermediary = intermediary
+    stage = Stage.INTERMEDIARY
+
+    def __init__(self, resources: Resources) -> None:
+        self.intermediary = resources.profile.intermediary
 
     async def __call__(self, run: ResponseRun) -> None:
         with run.trace.stage(Stage.INTERMEDIARY) as span:
             span.detail["hop_ms"] = self.intermediary.hop_ms  # the profile's, modelled
             await timing.sleep(self.intermediary.hop_ms / 1000)
+
+
+#: This module's stages, for the pipeline to build (in any order: the plan orders them).
+STAGES: tuple[type[RunnerStage], ...] = (Validation, Hydration, InputSafety, Render, Routing, Intermediary)
 
 
 def open_response(run: ResponseRun, scripts: ScriptLibrary, traces: TraceStore) -> None:

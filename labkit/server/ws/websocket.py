@@ -53,6 +53,7 @@ from labkit.server.edge.auth import KeyLimiter
 from labkit.server.edge.outbox import SlowReader
 from labkit.server.requested_design import requested_design
 from labkit.server.stages.appended import NextInput, respond_appended
+from labkit.server.stages.door import Door
 from labkit.server.stages.pipeline import Pipeline
 from labkit.server.stages.responder import StreamFailed, cut, prepare, respond
 from labkit.server.stages.response_run import ResponseRun
@@ -356,11 +357,12 @@ async def websocket_endpoint(ws: WebSocket) -> None:
     state = ws.app.state
     pipeline: Pipeline = state.pipeline
     key_limiter: KeyLimiter = state.key_limiter
-    trace = Trace()
-    await pipeline.connect(trace, None, new=True)
-    await pipeline.upgrade(trace)
+    door = Door(new_connection=True, authorization=ws.headers.get("authorization"))
+    await pipeline.connect(door)
+    await pipeline.upgrade(door)
     try:
-        owner = await pipeline.authenticate(trace, ws.headers.get("authorization"))
+        await pipeline.authenticate(door)
+        owner = door.owner
         # A query string decodes "+" as a space, and a design spec has no spaces: read them back.
         query = (ws.query_params.get(DESIGN_QUERY) or "").replace(" ", "+")
         design = requested_design(ws.headers.get(DESIGN_HEADER) or query, state.ws_design)
@@ -393,7 +395,7 @@ async def websocket_endpoint(ws: WebSocket) -> None:
             design,
             limits,
             key_limiter,
-            trace.spans,
+            door.trace.spans,
             held_by_key=by_key,
             inject=inject,
             cache_class=config_of(ws.app).connection_cache,

@@ -7,6 +7,7 @@ from pathlib import Path
 from labkit import lab
 from labkit.analysis import glossary
 from labkit.api.stages import ClientStep, Stage
+from tests.helpers import load_script
 
 
 def test_the_glossary_defines_every_stage_the_plan_table_shows() -> None:
@@ -21,4 +22,12 @@ def test_the_glossary_defines_every_stage_the_plan_table_shows() -> None:
 
 def test_the_guide_prints_the_same_glossary() -> None:
     guide = (Path(__file__).parents[2] / "notebooks" / "README.md").read_text(encoding="utf-8")
-    assert glossary.markdown() in guide, "notebooks/README.md's glossary differs from lab.glossary()"
+    fix = "run python tools/sync_glossary.py"
+    assert glossary.markdown() in guide, f"notebooks/README.md's glossary differs from lab.glossary(): {fix}"
+
+
+def test_the_sync_tool_replaces_a_stale_table_with_the_glossary() -> None:
+    sync = load_script("tools/sync_glossary.py")
+    intro = "# Guide\n\n## Glossary\n\nEvery stage.\n\n"
+    stale = intro + "| term | kind | meaning |\n|---|---|---|\n| `old` | stage | gone |\n"
+    assert sync.synced(stale) == intro + glossary.markdown()

@@ -1,7 +1,9 @@
 """Latency profiles: the modeled delays of the API service, read from ``data/profiles/NAME.toml``.
 
 A profile holds inputs only (a hop's latency, a classifier's cost per 1k
-tokens, how many GPU replicas there are). Each field is documented in the
+tokens, how many GPU replicas there are). A section that is one service's hop is named for it
+(``RoutingHop``, ``IntermediaryHop``, ``BillingHop``), apart from the stage that waits it out
+(``labkit.server.stages``) and the ledger it bills to (``labkit.server.stores.billing.Billing``). Each field is documented in the
 profile files themselves. The server waits out these delays; the cost model
 prices them (``labkit.analysis``): both read them here.
 """
@@ -52,17 +54,17 @@ class Safety:
 
 
 @dataclass(frozen=True)
-class Routing:
+class RoutingHop:
     model_config_hop_ms: float
 
 
 @dataclass(frozen=True)
-class Intermediary:
+class IntermediaryHop:
     hop_ms: float
 
 
 @dataclass(frozen=True)
-class Billing:
+class BillingHop:
     hop_ms: float
 
 
@@ -80,9 +82,9 @@ class Profile:
     network: Network
     auth: Auth
     safety: Safety
-    routing: Routing
-    intermediary: Intermediary
-    billing: Billing
+    routing: RoutingHop
+    intermediary: IntermediaryHop
+    billing: BillingHop
     engine: Engine
 
 
@@ -90,9 +92,9 @@ SECTIONS = {
     "network": Network,
     "auth": Auth,
     "safety": Safety,
-    "routing": Routing,
-    "intermediary": Intermediary,
-    "billing": Billing,
+    "routing": RoutingHop,
+    "intermediary": IntermediaryHop,
+    "billing": BillingHop,
     "engine": Engine,
 }
 

@@ -11,12 +11,12 @@ from labkit.analysis.cpu_costs import CpuCosts
 from labkit.analysis.shape import Shape, TurnShape
 from labkit.profiles import (
     Auth,
-    Billing,
+    BillingHop,
     Engine,
-    Intermediary,
+    IntermediaryHop,
     Network,
     Profile,
-    Routing,
+    RoutingHop,
     Safety,
 )
 
@@ -25,9 +25,9 @@ PROFILE = Profile(
     network=Network(rtt_ms=20, tcp_handshake_round_trips=1, tls_handshake_round_trips=1),
     auth=Auth(hop_ms=5),
     safety=Safety(hop_ms=10, ms_per_1k_tokens=2, fast_hop_ms=4, fast_ms_per_1k_tokens=1),
-    routing=Routing(model_config_hop_ms=8),
-    intermediary=Intermediary(hop_ms=12),
-    billing=Billing(hop_ms=10),
+    routing=RoutingHop(model_config_hop_ms=8),
+    intermediary=IntermediaryHop(hop_ms=12),
+    billing=BillingHop(hop_ms=10),
     engine=Engine(replicas=1, block_size=16, cache_capacity_tokens=100_000, max_concurrent=1),
 )
 SHAPE = Shape(

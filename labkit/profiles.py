@@ -3,8 +3,8 @@
 A profile holds inputs only (a hop's latency, a classifier's cost per 1k
 tokens, how many GPU replicas there are). A section that is one service's hop is named for it
 (``RoutingHop``, ``IntermediaryHop``, ``BillingHop``), apart from the stage that waits it out
-(``labkit.server.stages``) and the ledger it bills to (``labkit.server.stores.billing.Billing``). Each field is documented in the
-profile files themselves. The server waits out these delays; the cost model
+(``labkit.server.stages``) and the ledger it bills to (``labkit.server.stores.billing.Billing``).
+Each field is documented in the profile files themselves. The server waits out these delays; the cost model
 prices them (``labkit.analysis``): both read them here.
 """
 

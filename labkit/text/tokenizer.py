@@ -90,7 +90,9 @@ def encode_text(text: str) -> list[int]:
     return encoding().encode_ordinary(text)
 
 
-def decode(ids: Sequence[int]) -> str:
+def decode_text(ids: Sequence[int]) -> str:
+    """The text of token ids (``encode_text``'s way back); named apart from the decode stage, which
+    samples them (``labkit.server.stages.sampling.decode``)."""
     return encoding().decode(ids)  # type: ignore[arg-type]  # any sequence of ints will do
 
 

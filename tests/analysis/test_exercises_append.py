@@ -21,7 +21,7 @@ from labkit.client.launcher import LabkitServer
 from labkit.engine.render import TokenBuffer, encode_rendered, item_block, render_conversation
 from labkit.paths import default_data_dir
 from labkit.scenarios import load_scenario
-from labkit.text.tokenizer import IM_END, IM_SEP, IM_START, decode, encode_text, encoding, special
+from labkit.text.tokenizer import IM_END, IM_SEP, IM_START, decode_text, encode_text, encoding, special
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "02_single_request_optimizations.ipynb"
 Append = Callable[[list[int], list[dict[str, Any]]], list[int]]
@@ -94,7 +94,7 @@ def test_markup_in_text_stays_text_in_the_oracle() -> None:
         None, [], [{"type": "function_call_output", "call_id": "c", "output": exercise.MARKUP_TEXT}]
     )
     assert ids.count(special(IM_END)) == 2  # the system block's and the output's own: none from its text
-    assert exercise.MARKUP_TEXT in decode(ids)
+    assert exercise.MARKUP_TEXT in decode_text(ids)
 
 
 # ---------------------------------------------------------------- the notebook's skeleton and solution
@@ -198,7 +198,7 @@ def raises(cached: list[int], new_items: list[dict[str, Any]]) -> list[int]:
 
 
 def returns_text(cached: list[int], new_items: list[dict[str, Any]]) -> list[int]:
-    return decode(reference_append(cached, new_items))  # type: ignore[return-value]
+    return decode_text(reference_append(cached, new_items))  # type: ignore[return-value]
 
 
 def hangs(cached: list[int], new_items: list[dict[str, Any]]) -> list[int]:

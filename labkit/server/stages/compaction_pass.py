@@ -48,7 +48,7 @@ from labkit.server.stages.render_cache import append_rendered
 from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stages.runner import run_stages
 from labkit.server.stages.sampling import settle
-from labkit.text.tokenizer import decode, encode_text
+from labkit.text.tokenizer import decode_text, encode_text
 
 # The request's settings the compact resource echoes, as a create's Response echoes them.
 ECHOED = ("safety_identifier", "service_tier")
@@ -163,7 +163,7 @@ def excerpt(text: str, limit: int) -> str:
     'one two…'
     """
     ids = encode_text(" ".join(text.split()))
-    return decode(ids) if len(ids) <= limit else decode(ids[:limit]).rstrip() + "…"
+    return decode_text(ids) if len(ids) <= limit else decode_text(ids[:limit]).rstrip() + "…"
 
 
 def summarize(window: Sequence[Item]) -> tuple[list[Item], Payload]:

@@ -25,8 +25,7 @@ from labkit.engine.policies import Call, ModelAction, Say
 from labkit.engine.render import GENERATION_PROMPT
 from labkit.server.stages.response_run import ResponseRun
 from labkit.server.stages.slots import EngineSlots
-from labkit.text.tokenizer import decode as text_of
-from labkit.text.tokenizer import encode_text
+from labkit.text.tokenizer import decode_text, encode_text
 
 Emit = Callable[[Event], Awaitable[None]]
 
@@ -131,10 +130,10 @@ async def _sample(
                     cut = 0 if at_boundary else _boundary_in(chunk)
                     if cut is not None:
                         if cut:
-                            await emit(events.delta(text_of(chunk[:cut])))
+                            await emit(events.delta(decode_text(chunk[:cut])))
                         sent, stopped = sent + cut, STEERED
                         break
-                await emit(events.delta(text_of(chunk)))
+                await emit(events.delta(decode_text(chunk)))
                 sent += len(chunk)
                 at_boundary = ends_sentence(chunk[-1])
         run.produced += sent
@@ -161,7 +160,7 @@ def ends_sentence(token: int) -> bool:
     >>> [ends_sentence(t) for t in encode_text("Done. Next")]
     [False, True, False]
     """
-    text = text_of([token])
+    text = decode_text([token])
     return "\n" in text or text.rstrip().endswith((".", "!", "?"))
 
 

@@ -128,7 +128,10 @@ def learner_turns(traces: Sequence[Trace]) -> pd.DataFrame:
         for span in trace["spans"]:
             segments.setdefault(int(span.get("segment", 0)), []).append(span)
         for segment, spans in sorted(segments.items()):
-            start = min(span["start"] for span in spans)
+            # A span beside the critical path (a steer's crossing before its response began) is
+            # not where the turn started.
+            on_path = [span for span in spans if not span.get("detail", {}).get("overlapped")] or spans
+            start = min(span["start"] for span in on_path)
             decode = next((s for s in spans if s["stage"] == Stage.DECODE and s["tokens"]), None)
             first_token = (
                 decode["start"] + (decode["end"] - decode["start"]) / decode["tokens"] if decode else None

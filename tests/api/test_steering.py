@@ -166,6 +166,34 @@ def test_steering_input_waits_for_the_results_of_client_owned_calls(client: Open
     assert items[0].content[0].text == "Then also read setup.py."
 
 
+def test_a_waiting_steers_crossing_joins_the_create_that_commits_it(
+    client: OpenAI, server: LabkitServer
+) -> None:
+    """A steer on a response that waits for its client's calls crosses the network before the create
+    that commits it: that crossing is a span of the committing response's trace, named by the steer
+    and ``overlapped``, so the turn starts, on the dashboard, where its own request does."""
+    with client.responses.connect() as conn:
+        common = {"model": MODEL, "tools": [READ_FILE_TOOL], "store": True}
+        called = finished(conn, input="Read the README.", **common)
+        [call] = called.output
+        conn.response.steer(previous_response_id=called.id, input="Then also read setup.py.")
+        accepted, _ = read_until(conn, lambda e: e.type == "response.steer.pending")
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": "# README"}
+        continued = finished(conn, input=[result], previous_response_id=called.id, **common)
+
+    spans = server_spans(server.base_url, continued.id)
+    crossing, request = sorted((s for s in spans if s["stage"] == Stage.UPLINK), key=lambda s: s["start"])
+    assert crossing["detail"] == {"steer": accepted.steer.id, "overlapped": True}
+    assert request["detail"] == {} and crossing["end"] <= request["start"], "it crossed before the create"
+
+    def dashboard(seen: list[dict[str, Any]]) -> list[list[float]]:
+        return learner_turns([{"response_id": continued.id, "design": "websocket", "spans": seen}])[
+            ["start", "end", "ttft_s", "wall_s"]
+        ].values.tolist()
+
+    assert dashboard(spans) == dashboard([s for s in spans if s is not crossing])
+
+
 # ---------------------------------------------------------------- each failure, one by one
 
 

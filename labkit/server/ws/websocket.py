@@ -16,7 +16,10 @@ What it knows of a response the core runs comes from those answers, never from t
   response's trace, named by the steer's id and marked ``overlapped``: it ran beside the decode
   it interrupts, off the response's critical path, as overlapped billing runs beside the next
   request (a turn's API time is its wall time less inference and the client's,
-  ``labkit.analysis.metrics``, so it does not count twice).
+  ``labkit.analysis.metrics``, so it does not count twice);
+- ``Queued``: a steer accepted for a response waiting on its client's calls; its crossing is kept
+  for the create that commits it (the ``Start``'s ``job.committing``) and joins that response's
+  trace, marked the same way. A refused steer is no response's: its crossing is in no trace.
 
 Around that it owns what only a running connection has: the socket and its writer (which cuts a
 client that reads too slowly, ``labkit.server.ws.writer``), the connection's lifetime, the
@@ -37,6 +40,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
@@ -47,7 +51,7 @@ from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA, speaks_inject
 from labkit.api.stages import Stage
 from labkit.designs import Design
 from labkit.engine.inference import Replica
-from labkit.limits import ServerLimits
+from labkit.limits import MAX_LANES, MAX_PENDING_STEERS, ServerLimits
 from labkit.server.config import config_of
 from labkit.server.edge.auth import KeyLimiter
 from labkit.server.edge.outbox import SlowReader
@@ -70,10 +74,14 @@ from labkit.server.wscore.connection_jobs import (
     Interrupt,
     Job,
     Outcome,
+    Queued,
     Send,
     Start,
 )
 from labkit.server.wscore.held_bytes import HeldBytes
+
+# Steers' crossings kept for the creates that commit them: a full queue on every lane's waiting response.
+QUEUED_CROSSINGS = MAX_PENDING_STEERS * (MAX_LANES + 1)
 
 
 @dataclass(eq=False)
@@ -122,6 +130,9 @@ class WebSocketSession:
         self.key_limiter = key_limiter
         self.running: dict[Job, Running] = {}  # the responses running
         self.arriving: set[asyncio.Task[None]] = set()  # steers crossing the network
+        # The crossings of steers that wait for the create committing them (``Queued``), by steer id:
+        # as many as the connection holds steers, or fewer (one that is never committed ages out).
+        self.queued: LRUCache[str, list[Span]] = LRUCache(maxsize=QUEUED_CROSSINGS)
 
     @property
     def slow(self) -> SlowReader | None:
@@ -218,7 +229,9 @@ class WebSocketSession:
             actions = self.connection.steer(payload, size)
             for action in actions:
                 if isinstance(action, Interrupt):
-                    self._record_crossing(action, crossing.spans)
+                    self._record_crossing(self._run_of(action.job), action.steer, crossing.spans)
+                elif isinstance(action, Queued):
+                    self.queued[action.steer] = crossing.spans
             self.act(actions)
         except SlowReader:
             pass
@@ -226,15 +239,16 @@ class WebSocketSession:
             with contextlib.suppress(SlowReader):
                 self.send(server_error().ws_event())
 
-    def _record_crossing(self, interrupt: Interrupt, spans: list[Span]) -> None:
-        """The steer's uplink, in the trace of the response it interrupts: named by the steer, and
-        ``overlapped`` (it ran beside that response's decode, not before any of its work)."""
-        run = self._run_of(interrupt.job)
+    @staticmethod
+    def _record_crossing(run: ResponseRun | None, steer: str, spans: list[Span]) -> None:
+        """A steer's uplink, in the trace of the response it interrupts or that commits it: named by
+        the steer, and ``overlapped`` (it ran beside that response's decode, or before the response
+        began, never on its critical path)."""
         if run is None:
             return
         for span in spans:
             span.segment = run.trace.segment
-            span.detail.update(steer=interrupt.steer, overlapped=True)
+            span.detail.update(steer=steer, overlapped=True)
             run.trace.spans.append(span)
 
     def _cut(self) -> None:
@@ -271,6 +285,8 @@ class WebSocketSession:
         self.running[job].run = turn  # before it is created: from then on a steer may interrupt it
         turn.trace.spans.extend(self.setup)
         self.setup = []
+        for steer in job.committing:  # steers that waited for this create: their crossings
+            self._record_crossing(turn, steer.id, self.queued.pop(steer.id, []))
         try:
             if job.body.get("background"):
                 raise invalid_request(

@@ -10,6 +10,8 @@ finished) and returns what to do about it, as actions:
   answer for it, ``job.body`` the create with any queued steering input prepended);
 - ``Interrupt(job, steer)``: a steer was accepted for the response ``job`` is running: stop it at
   its next safe output boundary (the I/O layer sets that response's own stop signal);
+- ``Queued(steer)``: a steer was accepted for a response that ended on its client's calls; the
+  create that continues it commits it (``job.committing``);
 - ``InputReady(job)``: input (a ``response.append``'s or a ``response.inject``'s) was handed to
   the appended rollout ``job`` is running; the rollout takes it from here with ``take_input``,
   which lets go of the bytes it held. The input is kept in one place, ``job.inputs``;
@@ -92,6 +94,7 @@ from labkit.server.wscore.connection_jobs import (
     Job,
     LaneState,
     Outcome,
+    Queued,
     Send,
     Start,
     Steer,
@@ -329,7 +332,7 @@ class Connection:
             if ended.state is not Ended.WAITING:
                 raise steering.SteerRefused(_too_late(target, ended.state), ended.state.value)
             steer = self._accept(ended.waiting, target, items, raw, size, None)
-            return [self._accepted(steer, ended.lane), *self._pending([steer], ended)]
+            return [self._accepted(steer, ended.lane), *self._pending([steer], ended), Queued(steer.id)]
         except steering.SteerRefused as refused:
             known = self.active.get(target) or self.ended.get(target) if isinstance(target, str) else None
             lane = known.lane if known is not None else None

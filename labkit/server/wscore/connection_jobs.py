@@ -112,6 +112,15 @@ class Interrupt:
 
 
 @dataclass(frozen=True)
+class Queued:
+    """A steer was accepted for a response that ended on its client's function calls: it waits for
+    the create that continues that response, which commits it (``Job.committing``). ``steer`` is
+    the accepted steer's id."""
+
+    steer: str
+
+
+@dataclass(frozen=True)
 class InputReady:
     """Input was handed to the appended rollout ``job`` is running: wake it, if it waits, to take
     it from the connection (``Connection.take_input``)."""
@@ -123,13 +132,14 @@ class InputReady:
 class Arrive:
     """A ``response.steer`` that takes effect once it has crossed the network (the uplink stage a
     create pays too): then hand it to ``Connection.steer``, with its frame's ``size`` in bytes.
-    The crossing is a span of the response the steer interrupts, if it interrupts one."""
+    The crossing is a span of the response the steer interrupts, or of the create that commits it
+    (``Queued``); a steer refused has no response, and its crossing no trace."""
 
     payload: dict[str, Any]
     size: int
 
 
-Action = Send | Start | Interrupt | InputReady | Arrive
+Action = Send | Start | Interrupt | Queued | InputReady | Arrive
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """WebSocket mode's rules, checked on the I/O-free ``Connection`` alone: no socket, no event loop.
 
 Each test feeds the connection what a client sent and what its responses did, and reads back
-what it answers (``Send``, ``Start``, ``Interrupt``, ``InputReady``, ``Arrive``). The wire itself
+what it answers (``Send``, ``Start``, ``Interrupt``, ``Queued``, ``InputReady``, ``Arrive``). The wire itself
 is checked by the real-socket tests (server/test_websocket_wire.py, server/test_websocket.py,
 api/test_steering.py).
 """
@@ -35,6 +35,7 @@ from labkit.server.wscore.connection_jobs import (
     InputReady,
     Interrupt,
     Job,
+    Queued,
     Send,
     Start,
 )
@@ -287,6 +288,17 @@ def test_a_steer_for_a_response_that_waits_for_its_calls_interrupts_nothing() ->
     answer = steered(conn)
     assert [e["type"] for e in sent(answer)] == ["response.steer.accepted", "response.steer.pending"]
     assert interrupts(answer) == [], "it is not running: its input waits for the continuation"
+    # The I/O layer learns from the answer that this steer waits for the create that commits it.
+    accepted = sent(answer)[0]["steer"]["id"]
+    assert answer[-1] == Queued(accepted)
+    continuation = one_start(create(conn, previous_response_id="resp_1"))
+    assert [steer.id for steer in continuation.committing] == [accepted]
+
+
+def test_a_steer_for_a_running_response_is_not_queued() -> None:
+    conn = Connection(WEBSOCKET)
+    running(conn)
+    assert not [a for a in steered(conn) if isinstance(a, Queued)]
 
 
 @pytest.mark.parametrize("design", ["appended", "sprint"])

@@ -124,7 +124,7 @@ def test_a_steers_crossing_is_a_span_of_the_response_it_steers_beside_its_decode
     assert events[-1].response.incomplete_details.reason == "steered"
 
     spans = server_spans(server.base_url, target)
-    request, crossing = [s for s in spans if s["stage"] == Stage.UPLINK]
+    request, crossing = (s for s in spans if s["stage"] == Stage.UPLINK)
     assert request["detail"] == {} and request["end"] <= first_delta
     assert crossing["detail"] == {"steer": accepted.steer.id, "overlapped": True}
     [decode] = [s for s in spans if s["stage"] == Stage.DECODE]

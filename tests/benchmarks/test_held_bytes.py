@@ -33,7 +33,7 @@ def test_the_benchmarks_report_adds_up(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_the_table_says_whether_the_growth_is_under_one_half(capsys: pytest.CaptureFixture[str]) -> None:
     load_script("benchmarks/held_bytes.py").main(["--lanes", "2", "--injects", "2", "--inject-chars", "1000"])
-    header, *rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    header, *rows = (line for line in capsys.readouterr().out.splitlines() if line.startswith("| "))
     assert header.endswith("| second / sent | under one half |")
     [row] = rows
     assert row.startswith("| 1 | 4 of 4 | 0, 0 |") and row.split("|")[-2].strip() in ("yes", "no")

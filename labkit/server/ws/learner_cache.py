@@ -154,7 +154,7 @@ def handed(entry: Entry) -> Entry:
         return entry  # a value without attributes (a test's str): nothing in it can change
     twin = copy.copy(entry)
     for name, value in list(vars(twin).items()):
-        if isinstance(value, (list, dict)):
+        if isinstance(value, list | dict):
             setattr(twin, name, copy.copy(value))
     return twin
 

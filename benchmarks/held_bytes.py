@@ -62,28 +62,35 @@ def rollouts(ws: ClientConnection, lanes: int) -> list[str]:
     return created
 
 
-def refusals_so_far(ws: ClientConnection) -> int:
-    """Send a frame every connection answers (an unknown type) and count the refusals before its
-    answer: the frames sent before it were all handled by then, in order."""
+def inject(response_id: str, chars: int) -> str:
+    """A ``response.inject`` frame handing ``response_id`` a user message of ``chars`` characters."""
+    message = {"type": "message", "role": "user", "content": "y" * chars}
+    return json.dumps({"type": "response.inject", "response_id": response_id, "input": [message]})
+
+
+def answer_to_marker(ws: ClientConnection) -> list[dict[str, Any]]:
+    """Send a frame every connection answers (an unknown type), and return the refusals that came
+    before its answer: the frames sent before it were all handled by then, in order."""
     ws.send(json.dumps({"type": "marker"}))
-    refused = 0
+    refusals = []
     while True:
         event = json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
         if event["type"] == "error" and event["error"]["code"] == "unknown_event":
-            return refused
-        refused += event["type"] == "error"
+            return refusals
+        if event["type"] == "error":
+            refusals.append(event)
 
 
-def flood(ws: ClientConnection, ids: list[str], injects: int, chars: int) -> tuple[int, int]:
-    """Hand every rollout ``injects`` injects of ``chars``: the bytes sent, and the frames refused."""
-    message = {"type": "message", "role": "user", "content": "y" * chars}
+def flood(ws: ClientConnection, ids: list[str], injects: int, chars: int) -> tuple[int, list[dict[str, Any]]]:
+    """Hand every rollout ``injects`` injects of ``chars``: the bytes sent, and the refusals once
+    all were handled."""
     sent = 0
     for response_id in ids:
-        frame = json.dumps({"type": "response.inject", "response_id": response_id, "input": [message]})
+        frame = inject(response_id, chars)
         for _ in range(injects):
             ws.send(frame)
             sent += len(frame)
-    return sent, refusals_so_far(ws)
+    return sent, answer_to_marker(ws)
 
 
 def run(lanes: int, injects: int, chars: int) -> dict[str, Any]:
@@ -96,11 +103,11 @@ def run(lanes: int, injects: int, chars: int) -> dict[str, Any]:
             ids = rollouts(ws, lanes)
             pid = server.processes()[0]
             start = rss_kb(pid)
-            sent, refused_first = flood(ws, ids, injects, chars)
+            sent, first = flood(ws, ids, injects, chars)
             before = rss_kb(pid)
-            _, refused_second = flood(ws, ids, injects, chars)
+            _, second = flood(ws, ids, injects, chars)
             grown_kb = rss_kb(pid) - before
-    frames = lanes * injects
+    frames, refused_first, refused_second = lanes * injects, len(first), len(second)
     share = grown_kb * 1024 / sent
     return {
         "frames_per_flood": frames,

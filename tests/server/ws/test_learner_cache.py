@@ -142,6 +142,17 @@ def two_turns(server: LabkitServer, store: bool = False) -> tuple[Any, Any]:
     return first, second
 
 
+def fell_back(server: LabkitServer) -> dict[str, Any]:
+    """Two turns of store=false (only memory holds the first response) on a cache that faults: the
+    follow-up completes from labkit's cache; its hydration span, which names the fault."""
+    _, follow_up = two_turns(server, store=False)
+    assert follow_up.status == "completed"
+    span = hydration(server, follow_up)
+    assert span["detail"]["source"] == "connection_cache"
+    assert span["detail"]["learner_cache"] == "labkit's"
+    return span
+
+
 # ---------------------------------------------------------------- right and wrong classes, on the wire
 
 
@@ -179,12 +190,7 @@ def test_an_always_missing_class_sends_every_follow_up_to_the_store(serving: Any
 
 
 def test_a_raising_method_falls_back_to_labkits_cache_and_loses_nothing(serving: Any) -> None:
-    server = serving("RaisingKeep")
-    _, follow_up = two_turns(server, store=False)  # only memory holds the first response
-    assert follow_up.status == "completed"
-    span = hydration(server, follow_up)
-    assert span["detail"]["source"] == "connection_cache"
-    assert span["detail"]["learner_cache"] == "labkit's"
+    span = fell_back(serving("RaisingKeep"))
     assert span["detail"]["cache_fault"] == (
         "RaisingKeep.keep raised ValueError: no room, on create 1 of its connection; "
         "labkit's cache served that connection from then on."
@@ -241,12 +247,7 @@ def test_another_connections_entry_is_never_served(serving: Any) -> None:
 
 
 def test_an_entry_changed_after_keep_is_a_fault_and_labkits_copy_serves_it_whole(serving: Any) -> None:
-    server = serving("Trimming")
-    _, follow_up = two_turns(server, store=False)  # only memory holds the first response
-    assert follow_up.status == "completed"
-    span = hydration(server, follow_up)
-    assert span["detail"]["source"] == "connection_cache"
-    assert span["detail"]["learner_cache"] == "labkit's"
+    span = fell_back(serving("Trimming"))
     assert span["detail"]["cache_fault"] == (
         "Trimming.serve returned an entry changed since keep was given it (its items: 2 when it was kept, "
         "1 when it was served; the next turn is built from it, so keep it as it is), on create 2 of its "

@@ -27,73 +27,34 @@ from typing import Any
 import pytest
 from websockets.sync.client import ClientConnection
 
-from labkit.api.extensions import DESIGN_HEADER
-from labkit.api.inject import BETA_HEADER, MULTI_AGENT_BETA
 from labkit.client.launcher import LabkitServer
 from labkit.designs import compose
 from labkit.server.wscore.connection import Connection
 from labkit.server.wscore.connection_jobs import Failed, Finished, Send, Start
 from labkit.server.wscore.held_bytes import HeldBytes
-from tests.helpers import auth_headers, ws_connect
+from tests.helpers import auth_headers, load_script, ws_connect
 
 pytestmark = pytest.mark.slow  # servers of its own, and half a gigabyte of frames
 
-BETA = {BETA_HEADER: MULTI_AGENT_BETA, DESIGN_HEADER: "appended"}
 LANES, INJECTS = 16, 16  # a connection's responses in flight, and injects each may be handed
 INJECT_CHARS = 1_900_000  # an inject's text: under the 2 MiB frame limit
-LONG = "Write 30000 tokens."  # a rollout that decodes for minutes at labkit-classic's pace
 KEY_BOUND = 3 * 1024 * 1024  # --max-held-bytes-per-key for the key's own test
-RECV_TIMEOUT_S = 20.0
+# The wire's helpers are the benchmark's, which measures the memory this test leaves to it.
+BENCH = load_script("benchmarks/held_bytes.py")
 RELEASED_WITHIN_S = 5.0  # a closed connection's bytes are the key's again within this, at most
-
-
-def rollouts(ws: ClientConnection, lanes: int) -> list[str]:
-    """Start a long rollout on each of ``lanes`` lanes; their response ids once created."""
-    for lane in range(lanes):
-        create = {"type": "response.create", "model": "labkit-classic", "input": LONG, "store": False}
-        ws.send(json.dumps({**create, "stream_id": f"lane-{lane}"}))
-    created: list[str] = []
-    while len(created) < lanes:
-        event = json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
-        assert event["type"] != "error", event
-        if event["type"] == "response.created":
-            created.append(event["response"]["id"])
-    return created
-
-
-def inject(response_id: str, chars: int) -> str:
-    message = {"type": "message", "role": "user", "content": "y" * chars}
-    return json.dumps({"type": "response.inject", "response_id": response_id, "input": [message]})
-
-
-def answer_to_marker(ws: ClientConnection) -> list[dict[str, Any]]:
-    """Send a frame every connection answers (an unknown type), and return the refusals that came
-    before its answer: the frames sent before it were all handled by then, in order."""
-    ws.send(json.dumps({"type": "marker"}))
-    refusals = []
-    while True:
-        event = json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
-        if event["type"] == "error" and event["error"]["code"] == "unknown_event":
-            return refusals
-        if event["type"] == "error":
-            refusals.append(event)
 
 
 def flood(ws: ClientConnection, ids: list[str]) -> list[dict[str, Any]]:
     """Hand every rollout ``INJECTS`` injects of ``INJECT_CHARS``; the refusals, once all were handled."""
-    for response_id in ids:
-        frame = inject(response_id, INJECT_CHARS)
-        for _ in range(INJECTS):
-            ws.send(frame)
-    return answer_to_marker(ws)  # the connection is still open: it answers
+    return BENCH.flood(ws, ids, INJECTS, INJECT_CHARS)[1]  # the connection is still open: it answers
 
 
 def test_one_connections_injects_are_held_within_its_bound() -> None:
     with (
         LabkitServer(args=["--profile", "local"]) as server,
-        ws_connect(server, max_queue=None, **BETA) as ws,  # the rollouts' deltas, read while it floods
+        ws_connect(server, max_queue=None, **BENCH.BETA) as ws,  # the rollouts' deltas, read while it floods
     ):
-        ids = rollouts(ws, LANES)
+        ids = BENCH.rollouts(ws, LANES)
         refusals = flood(ws, ids)
         refused_again = flood(ws, ids)
     held = LANES * INJECTS - len(refusals)
@@ -111,21 +72,21 @@ def bounded_key() -> Iterator[LabkitServer]:
 
 def test_a_keys_connections_hold_within_its_bound_together(bounded_key: LabkitServer) -> None:
     key = auth_headers("sk-two-sockets")
-    one = ws_connect(bounded_key, **key, **BETA)
-    with ws_connect(bounded_key, **key, **BETA) as two:
-        [first], [second] = rollouts(one, 1), rollouts(two, 1)
+    one = ws_connect(bounded_key, **key, **BENCH.BETA)
+    with ws_connect(bounded_key, **key, **BENCH.BETA) as two:
+        [first], [second] = BENCH.rollouts(one, 1), BENCH.rollouts(two, 1)
         for _ in range(2):
-            one.send(inject(first, 1_000_000))  # 2 MB held by the first connection
-        assert answer_to_marker(one) == []
-        two.send(inject(second, 1_500_000))  # within its connection's bound, past its key's
-        [refused] = answer_to_marker(two)
+            one.send(BENCH.inject(first, 1_000_000))  # 2 MB held by the first connection
+        assert BENCH.answer_to_marker(one) == []
+        two.send(BENCH.inject(second, 1_500_000))  # within its connection's bound, past its key's
+        [refused] = BENCH.answer_to_marker(two)
         assert refused["error"]["code"] == "websocket_queue_full"
         assert "this API key" in refused["error"]["message"]
         one.close()  # what the first connection held is given back to the key as it ends
         deadline = time.monotonic() + RELEASED_WITHIN_S
         while time.monotonic() < deadline:
-            two.send(inject(second, 1_500_000))
-            if answer_to_marker(two) == []:
+            two.send(BENCH.inject(second, 1_500_000))
+            if BENCH.answer_to_marker(two) == []:
                 return
             time.sleep(0.1)
         raise AssertionError("what the closed connection held was not given back")
